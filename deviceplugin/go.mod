@@ -1,0 +1,3 @@
+module github.com/nvinject/nvinject/deviceplugin
+
+go 1.26.8
