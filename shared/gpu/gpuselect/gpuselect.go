@@ -1,0 +1,167 @@
+// Package gpuselect applies NVIDIA_VISIBLE_DEVICES semantics (the seed's
+// ConfigMap key selected-gpu-uuid) and the MIG strategy to a node's GPUs.
+package gpuselect
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nvinject/nvinject/shared/gpu"
+)
+
+// Selector is a parsed NVIDIA_VISIBLE_DEVICES value.
+type Selector struct {
+	All     bool
+	None    bool
+	UUIDs   []string
+	Indices []int
+}
+
+// ErrEmpty is returned for an empty selection value.
+var ErrEmpty = errors.New("no GPU selection given")
+
+// Parse reads "all", "none", "void", or a comma list of GPU UUIDs and
+// indices ("GPU-8f3c...,1").
+func Parse(v string) (Selector, error) {
+	v = strings.TrimSpace(v)
+	switch strings.ToLower(v) {
+	case "":
+		return Selector{}, fmt.Errorf("%w: set NVIDIA_VISIBLE_DEVICES (ConfigMap key selected-gpu-uuid) to GPU UUIDs, indices, all or none", ErrEmpty)
+	case "all":
+		return Selector{All: true}, nil
+	case "none", "void":
+		return Selector{None: true}, nil
+	}
+	var s Selector
+	seen := map[string]bool{}
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			return Selector{}, fmt.Errorf("GPU selection %q has an empty entry; give a comma list without blanks", v)
+		}
+		key := strings.ToLower(f)
+		if seen[key] {
+			return Selector{}, fmt.Errorf("GPU selection %q names %q twice; list each GPU once", v, f)
+		}
+		seen[key] = true
+		if i, err := strconv.Atoi(f); err == nil {
+			if i < 0 {
+				return Selector{}, fmt.Errorf("GPU selection %q: index %d is negative; indices start at 0", v, i)
+			}
+			s.Indices = append(s.Indices, i)
+			continue
+		}
+		if !strings.HasPrefix(f, "GPU-") && !strings.HasPrefix(f, "MIG-") {
+			return Selector{}, fmt.Errorf("GPU selection %q: %q is neither an index nor a GPU UUID (GPU-...); list UUIDs with nvidia-smi -L", v, f)
+		}
+		if strings.HasPrefix(f, "MIG-") {
+			return Selector{}, fmt.Errorf("GPU selection %q: %q is a MIG device, but MIG_STRATEGY=none publishes whole GPUs only; select the parent GPU's UUID", v, f)
+		}
+		s.UUIDs = append(s.UUIDs, f)
+	}
+	return s, nil
+}
+
+// MIGStrategy says how MIG-enabled GPUs are treated.
+type MIGStrategy string
+
+// MIGNone publishes whole GPUs and skips any GPU with MIG mode on.
+const MIGNone MIGStrategy = "none"
+
+// ParseMIGStrategy accepts the strategies nvinject implements.
+func ParseMIGStrategy(v string) (MIGStrategy, error) {
+	if v == "" || v == string(MIGNone) {
+		return MIGNone, nil
+	}
+	return "", fmt.Errorf("MIG_STRATEGY=%q is not supported: nvinject publishes whole GPUs only; set MIG_STRATEGY=none", v)
+}
+
+// Skipped is a GPU that the selection matched but that is not published.
+type Skipped struct {
+	Device gpu.Device
+	Reason string
+}
+
+// Select returns the devices to publish, in index order, and those it left
+// out with the reason. Naming a GPU that is absent or unusable is an error.
+func Select(devs []gpu.Device, s Selector, _ MIGStrategy) ([]gpu.Device, []Skipped, error) {
+	if s.None {
+		return nil, nil, nil
+	}
+	want := make([]bool, len(devs))
+	switch {
+	case s.All:
+		for i := range want {
+			want[i] = true
+		}
+	default:
+		for _, u := range s.UUIDs {
+			i := indexOfUUID(devs, u)
+			if i < 0 {
+				return nil, nil, fmt.Errorf("selected GPU %s is not on this node; GPUs present: %s; fix the ConfigMap key selected-gpu-uuid", u, presentList(devs))
+			}
+			if want[i] {
+				return nil, nil, fmt.Errorf("GPU %s is selected twice (by UUID and index %d); list each GPU once", u, devs[i].Index)
+			}
+			want[i] = true
+		}
+		for _, x := range s.Indices {
+			i := indexOfIndex(devs, x)
+			if i < 0 {
+				return nil, nil, fmt.Errorf("selected GPU index %d is not on this node; GPUs present: %s", x, presentList(devs))
+			}
+			if want[i] {
+				return nil, nil, fmt.Errorf("GPU index %d (%s) is selected twice; list each GPU once", x, devs[i].UUID)
+			}
+			want[i] = true
+		}
+	}
+	var out []gpu.Device
+	var skipped []Skipped
+	for i, d := range devs {
+		if !want[i] {
+			continue
+		}
+		if d.MIGEnabled {
+			reason := fmt.Sprintf("GPU %d (%s) has MIG mode on and MIG_STRATEGY=none publishes whole GPUs only; disable MIG with `nvidia-smi -i %d -mig 0` (and reset the GPU) to publish it", d.Index, d.UUID, d.Index)
+			if !s.All {
+				return nil, nil, errors.New(reason)
+			}
+			skipped = append(skipped, Skipped{Device: d, Reason: reason})
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, skipped, nil
+}
+
+func indexOfUUID(devs []gpu.Device, u string) int {
+	for i, d := range devs {
+		if strings.EqualFold(d.UUID, u) {
+			return i
+		}
+	}
+	return -1
+}
+
+func indexOfIndex(devs []gpu.Device, x int) int {
+	for i, d := range devs {
+		if d.Index == x {
+			return i
+		}
+	}
+	return -1
+}
+
+func presentList(devs []gpu.Device) string {
+	if len(devs) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(devs))
+	for i, d := range devs {
+		parts[i] = fmt.Sprintf("%d=%s", d.Index, d.UUID)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,7 @@
+package sim
+
+import "time"
+
+func afterMillis(ms uint32) <-chan time.Time {
+	return time.After(time.Duration(ms) * time.Millisecond)
+}
