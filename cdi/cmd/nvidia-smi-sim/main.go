@@ -1,0 +1,119 @@
+// Command nvidia-smi-sim is the SIMULATED nvidia-smi that nvinject installs
+// into simulated driver roots. Inside a container it reports the simulated
+// GPUs whose device nodes (/dev/nvidiaN, major 195) the container has, so a
+// test can see which GPU was really injected. It never touches a real GPU.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/nvinject/nvinject/cdi/simfacts"
+)
+
+const factsPath = "/usr/share/nvinject/simulated-gpus.json"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, factsPath, "/dev"))
+}
+
+func run(args []string, stdout, stderr io.Writer, facts, dev string) int {
+	fs := flag.NewFlagSet("nvidia-smi", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	query := fs.String("query-gpu", "", "comma list of fields: index,uuid,name,memory.total,pci.bus_id,driver_version,mig.mode.current")
+	format := fs.String("format", "", "csv[,noheader][,nounits]")
+	list := fs.Bool("L", false, "list GPUs")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	f, err := simfacts.Read(facts)
+	if err != nil {
+		fmt.Fprintln(stdout, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. (simulated: no facts file)")
+		return 9
+	}
+	gpus := visible(f, dev)
+	if len(gpus) == 0 {
+		fmt.Fprintln(stdout, "No devices were found")
+		return 6
+	}
+	switch {
+	case *list:
+		for _, g := range gpus {
+			fmt.Fprintf(stdout, "GPU %d: %s (UUID: %s) [SIMULATED]\n", g.Index, g.Name, g.UUID)
+		}
+	case *query != "":
+		return queryCSV(stdout, stderr, f, gpus, *query, *format)
+	default:
+		fmt.Fprintf(stdout, "NVIDIA-SMI (SIMULATED by nvinject)  Driver Version: %s  CUDA Version: %s\n", f.DriverVersion, f.CUDAVersion)
+		for _, g := range gpus {
+			fmt.Fprintf(stdout, "|  %d  %-28s  %s  %6d MiB  %s |\n", g.Index, g.Name, g.PCIBusID, g.MemoryMiB, g.UUID)
+		}
+	}
+	return 0
+}
+
+// visible returns the GPUs whose device node is in dev with the right
+// major and minor, as NVML inside a container only opens nodes it has.
+func visible(f simfacts.Facts, dev string) []simfacts.GPU {
+	var out []simfacts.GPU
+	for _, g := range f.GPUs {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(dev, "nvidia"+strconv.Itoa(g.Minor)), &st); err != nil {
+			continue
+		}
+		rdev := uint64(st.Rdev)
+		major := (rdev >> 8) & 0xfff
+		minor := (rdev & 0xff) | ((rdev >> 12) &^ 0xff)
+		if st.Mode&syscall.S_IFMT == syscall.S_IFCHR && major == 195 && int(minor) == g.Minor {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+func queryCSV(stdout, stderr io.Writer, f simfacts.Facts, gpus []simfacts.GPU, query, format string) int {
+	noHeader := strings.Contains(format, "noheader")
+	noUnits := strings.Contains(format, "nounits")
+	fields := strings.Split(query, ",")
+	if !noHeader {
+		fmt.Fprintln(stdout, strings.Join(fields, ", "))
+	}
+	for _, g := range gpus {
+		row := make([]string, len(fields))
+		for i, fld := range fields {
+			switch strings.TrimSpace(fld) {
+			case "index":
+				row[i] = strconv.Itoa(g.Index)
+			case "uuid", "gpu_uuid":
+				row[i] = g.UUID
+			case "name", "gpu_name":
+				row[i] = g.Name
+			case "memory.total":
+				row[i] = strconv.FormatUint(g.MemoryMiB, 10)
+				if !noUnits {
+					row[i] += " MiB"
+				}
+			case "pci.bus_id":
+				row[i] = "0000" + g.PCIBusID
+			case "driver_version":
+				row[i] = f.DriverVersion
+			case "mig.mode.current":
+				row[i] = "Disabled"
+				if g.MIG {
+					row[i] = "Enabled"
+				}
+			default:
+				fmt.Fprintf(stderr, "Field \"%s\" is not a valid field to query.\n", fld)
+				return 2
+			}
+		}
+		fmt.Fprintln(stdout, strings.Join(row, ", "))
+	}
+	return 0
+}

@@ -1,0 +1,252 @@
+// Package spec generates the CDI spec that puts the node's GPUs into
+// containers: one device per GPU, an "all" device, and the driver's
+// control nodes, libraries and tools as common edits.
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvinject/nvinject/cdi/driver"
+	"github.com/nvinject/nvinject/shared/gpu"
+)
+
+// Defaults for the spec's kind.
+const (
+	DefaultVendor = "nvidia.com"
+	DefaultClass  = "gpu"
+)
+
+// EnvUUIDPrefix + the GPU's minor names the variable carrying its UUID.
+// One key per GPU, because CDI env edits with one key overwrite each other.
+const EnvUUIDPrefix = "NVINJECT_GPU_UUID_"
+
+// EnvSimulated is set in containers that got a simulated GPU.
+const EnvSimulated = "NVINJECT_SIMULATED"
+
+// UUIDEnv returns the env key naming the UUID of the GPU with minor.
+func UUIDEnv(minor int) string { return EnvUUIDPrefix + strconv.Itoa(minor) }
+
+// NameStrategy says how GPU devices are named in the spec.
+type NameStrategy string
+
+// Device name strategies.
+const (
+	NameUUID  NameStrategy = "uuid"
+	NameIndex NameStrategy = "index"
+)
+
+// ParseNameStrategy validates a --device-name-strategy value.
+func ParseNameStrategy(v string) (NameStrategy, error) {
+	switch NameStrategy(v) {
+	case NameUUID, NameIndex:
+		return NameStrategy(v), nil
+	}
+	return "", fmt.Errorf("device name strategy %q is not valid; use uuid or index", v)
+}
+
+var mountOpts = []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
+
+// Generator turns discovered GPUs into a CDI spec.
+type Generator struct {
+	vendor, class  string
+	driverRoot     string
+	hostDriverRoot string
+	names          NameStrategy
+	hook           string
+}
+
+// Option configures a Generator.
+type Option func(*Generator)
+
+// WithVendor sets the spec's vendor (default nvidia.com).
+func WithVendor(v string) Option { return func(g *Generator) { g.vendor = v } }
+
+// WithClass sets the spec's class (default gpu).
+func WithClass(c string) Option { return func(g *Generator) { g.class = c } }
+
+// WithDriverRoot sets where this process reads the driver's files.
+func WithDriverRoot(p string) Option { return func(g *Generator) { g.driverRoot = p } }
+
+// WithHostDriverRoot sets where the driver root is on the host, when this
+// process sees it elsewhere (a container mounting the host's / at /host).
+func WithHostDriverRoot(p string) Option { return func(g *Generator) { g.hostDriverRoot = p } }
+
+// WithNameStrategy names GPU devices by UUID (default) or also by index.
+func WithNameStrategy(s NameStrategy) Option { return func(g *Generator) { g.names = s } }
+
+// WithLDCacheHook adds a createContainer hook running `nvidia-cdi-hook
+// update-ldcache` from the given host path, so images with their own
+// ld.so.cache find the driver's libraries.
+func WithLDCacheHook(p string) Option { return func(g *Generator) { g.hook = p } }
+
+// New returns a Generator.
+func New(opts ...Option) *Generator {
+	g := &Generator{vendor: DefaultVendor, class: DefaultClass, driverRoot: "/", names: NameUUID}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.hostDriverRoot == "" {
+		g.hostDriverRoot = g.driverRoot
+	}
+	return g
+}
+
+// Kind returns the spec's vendor/class.
+func (g *Generator) Kind() string { return g.vendor + "/" + g.class }
+
+// QualifiedName returns the CDI name of a device of this generator's kind.
+func (g *Generator) QualifiedName(name string) string {
+	return parser.QualifiedName(g.vendor, g.class, name)
+}
+
+// Generate builds and validates the spec for devs, which must be among
+// node's devices.
+func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, error) {
+	if len(devs) == 0 {
+		return nil, errors.New("no GPUs to put in the CDI spec; check the GPU selection (NVIDIA_VISIBLE_DEVICES)")
+	}
+	files, err := driver.Find(g.driverRoot, node.DriverVersion)
+	if err != nil {
+		return nil, err
+	}
+	if g.hook != "" {
+		if _, err := os.Stat(g.hook); err != nil {
+			return nil, fmt.Errorf("ldcache hook %s: %w; install nvidia-cdi-hook there or drop --ldcache-hook", g.hook, err)
+		}
+	}
+	s := &specs.Spec{Kind: g.Kind(), Annotations: map[string]string{"nvinject.io/driver-version": node.DriverVersion}}
+	if node.Simulated {
+		s.Annotations["nvinject.io/simulated"] = "true"
+	}
+	seen := map[string]bool{}
+	for _, d := range devs {
+		if _, ok := node.Device(d.UUID); !ok {
+			return nil, fmt.Errorf("GPU %s is not on this node", d.UUID)
+		}
+		if seen[d.UUID] {
+			return nil, fmt.Errorf("GPU %s is listed twice; list each GPU once", d.UUID)
+		}
+		seen[d.UUID] = true
+		edits := g.deviceEdits(d)
+		s.Devices = append(s.Devices, specs.Device{Name: d.UUID, ContainerEdits: edits})
+		if g.names == NameIndex {
+			s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(d.Index), ContainerEdits: edits})
+		}
+	}
+	var all specs.ContainerEdits
+	for _, d := range devs {
+		e := g.deviceEdits(d)
+		all.DeviceNodes = append(all.DeviceNodes, e.DeviceNodes...)
+		all.Env = append(all.Env, e.Env...)
+	}
+	s.Devices = append(s.Devices, specs.Device{Name: "all", ContainerEdits: all})
+	s.ContainerEdits = g.commonEdits(node, files)
+	if s.Version, err = cdi.MinimumRequiredVersion(s); err != nil {
+		return nil, fmt.Errorf("determine the CDI version of the spec: %w", err)
+	}
+	if _, err := cdi.ParseSpec(mustJSON(s)); err != nil {
+		return nil, fmt.Errorf("generated CDI spec is invalid: %w", err)
+	}
+	return s, nil
+}
+
+func (g *Generator) deviceEdits(d gpu.Device) specs.ContainerEdits {
+	return specs.ContainerEdits{
+		DeviceNodes: []*specs.DeviceNode{node(d.Node)},
+		Env:         []string{UUIDEnv(d.Minor) + "=" + d.UUID},
+	}
+}
+
+func (g *Generator) commonEdits(n gpu.Node, f driver.Files) specs.ContainerEdits {
+	var e specs.ContainerEdits
+	for _, c := range n.ControlNodes {
+		e.DeviceNodes = append(e.DeviceNodes, node(c))
+	}
+	// "void" stops an installed nvidia-container-runtime hook from
+	// injecting GPUs a second time; CDI already did.
+	e.Env = []string{"NVIDIA_VISIBLE_DEVICES=void"}
+	if n.Simulated {
+		e.Env = append(e.Env, EnvSimulated+"=1")
+	}
+	mount := func(hostRel, ctr string) {
+		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: path.Join(g.hostDriverRoot, hostRel), ContainerPath: ctr, Options: mountOpts})
+	}
+	var ldDirs []string
+	for _, l := range f.Libraries {
+		mount(l.File, l.File)
+		if l.Link != l.File {
+			mount(l.File, l.Link)
+		}
+		if d := path.Dir(l.Link); !slices.Contains(ldDirs, d) {
+			ldDirs = append(ldDirs, d)
+		}
+	}
+	for _, b := range f.Binaries {
+		mount(b, b)
+	}
+	if f.Firmware != "" {
+		mount(f.Firmware, f.Firmware)
+	}
+	if f.PersistencedSocket != "" {
+		mount(f.PersistencedSocket, f.PersistencedSocket)
+	}
+	if f.SimulatedFacts != "" {
+		mount(f.SimulatedFacts, f.SimulatedFacts)
+	}
+	if g.hook != "" {
+		args := []string{"nvidia-cdi-hook", "update-ldcache"}
+		for _, d := range ldDirs {
+			args = append(args, "--folder", d)
+		}
+		e.Hooks = append(e.Hooks, &specs.Hook{HookName: "createContainer", Path: g.hook, Args: args})
+	}
+	return e
+}
+
+func node(n gpu.DeviceNode) *specs.DeviceNode {
+	return &specs.DeviceNode{Path: n.Path, Type: n.Type, Major: n.Major, Minor: n.Minor}
+}
+
+// FileName is the spec's file name in a spec dir.
+func FileName(s *specs.Spec) (string, error) {
+	name, err := cdi.GenerateNameForSpec(s)
+	if err != nil {
+		return "", fmt.Errorf("name the CDI spec file: %w", err)
+	}
+	return name + ".yaml", nil
+}
+
+// Write stores s in dir atomically unless an identical spec is already
+// there. It returns the file's path and whether it changed.
+func Write(dir string, s *specs.Spec) (string, bool, error) {
+	name, err := FileName(s)
+	if err != nil {
+		return "", false, err
+	}
+	p := filepath.Join(dir, name)
+	if old, err := cdi.ReadSpec(p, 0); err == nil && reflect.DeepEqual(old.Spec, s) {
+		return p, false, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", false, fmt.Errorf("create CDI spec dir %s: %w", dir, err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return "", false, fmt.Errorf("open CDI spec dir %s: %w", dir, err)
+	}
+	if err := cache.WriteSpec(s, name); err != nil {
+		return "", false, fmt.Errorf("write CDI spec %s: %w", p, err)
+	}
+	return p, true, nil
+}
