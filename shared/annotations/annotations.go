@@ -1,7 +1,7 @@
-// Package annotations holds nvinject's own container annotation: the CDI
-// devices the device plugin allocated, read only by nvinject's NRI plugin.
-// It is deliberately not a cdi.k8s.io/ key, so containerd's built-in CDI
-// support does not act on it.
+// Package annotations holds the container annotation nvinject's device
+// plugin sets for the "nri" strategy and the NRI plugin reads: the qualified
+// CDI device names allocated to one container. It is deliberately not a
+// cdi.k8s.io/ key, so containerd's built-in CDI support does not act on it.
 package annotations
 
 import (
@@ -9,30 +9,25 @@ import (
 	"strings"
 )
 
-// CDIDevices is the container annotation key whose value lists fully
-// qualified CDI device names ("nvidia.com/gpu=GPU-..."), comma-separated.
-const CDIDevices = "nvinject.io/cdi-devices"
+// DevicesKey is the container annotation carrying comma-separated qualified
+// CDI device names (vendor/class=name). containerd does not resolve it; only
+// nvinject's NRI plugin does.
+const DevicesKey = "nvinject.io/cdi-devices"
 
-// Format renders names as the CDIDevices value. It refuses an empty list
-// and any name that is not a fully qualified CDI device name.
-func Format(names []string) (string, error) {
-	if len(names) == 0 {
-		return "", fmt.Errorf("annotation %s needs at least one CDI device name", CDIDevices)
-	}
-	for _, n := range names {
-		if err := ValidateQualifiedName(n); err != nil {
-			return "", fmt.Errorf("annotation %s: %w", CDIDevices, err)
-		}
-	}
-	return strings.Join(names, ","), nil
+// Format renders names as the annotation's value. Callers pass names they
+// built with the CDI library or checked with ValidateQualifiedName.
+func Format(names []string) string {
+	return strings.Join(names, ",")
 }
 
-// Parse reads a CDIDevices value back into CDI device names. Blanks around
-// names are tolerated; empty entries, duplicates and names that are not
-// fully qualified are errors, since the value may come from any pod.
+// Parse splits an annotation value into qualified CDI device names. Blanks
+// around names are ignored; an empty value, an empty entry, a duplicate or a
+// name that is not vendor/class=name is an error, so a corrupted annotation
+// (any pod can set one) refuses the container instead of silently giving it
+// other devices.
 func Parse(value string) ([]string, error) {
 	if strings.TrimSpace(value) == "" {
-		return nil, fmt.Errorf("annotation %s is empty; it must list CDI device names like nvidia.com/gpu=GPU-<uuid>", CDIDevices)
+		return nil, fmt.Errorf("annotation %s is empty; it must list CDI device names like nvidia.com/gpu=GPU-<uuid>", DevicesKey)
 	}
 	parts := strings.Split(value, ",")
 	out := make([]string, 0, len(parts))
@@ -40,10 +35,10 @@ func Parse(value string) ([]string, error) {
 	for _, p := range parts {
 		n := strings.TrimSpace(p)
 		if err := ValidateQualifiedName(n); err != nil {
-			return nil, fmt.Errorf("annotation %s=%q: %w", CDIDevices, value, err)
+			return nil, fmt.Errorf("annotation %s=%q: %w", DevicesKey, value, err)
 		}
 		if seen[n] {
-			return nil, fmt.Errorf("annotation %s=%q names %s twice", CDIDevices, value, n)
+			return nil, fmt.Errorf("annotation %s=%q names %s twice", DevicesKey, value, n)
 		}
 		seen[n] = true
 		out = append(out, n)
