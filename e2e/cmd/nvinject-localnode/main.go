@@ -1,0 +1,126 @@
+// Command nvinject-localnode runs a real single-node Kubernetes (containerd, etcd,
+// kube-apiserver, scheduler, controller-manager, kubelet) on this host for e2e tests.
+//
+//	nvinject-localnode up     -tools-bin $NVINJECT_TOOLS_BIN
+//	nvinject-localnode status
+//	nvinject-localnode down
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nvinject/nvinject/e2e/localnode"
+)
+
+const dropInPath = "deploy/containerd/nvinject.toml"
+
+func main() {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err := run(); err != nil {
+		slog.Error("nvinject-localnode failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	if len(os.Args) < 2 {
+		return usage()
+	}
+	verb := os.Args[1]
+	fs := flag.NewFlagSet(verb, flag.ExitOnError)
+	runDir := fs.String("run-dir", localnode.DefaultRunDir, "directory for all node state, sockets and logs (keep it short: unix sockets)")
+	toolsBin := fs.String("tools-bin", os.Getenv("NVINJECT_TOOLS_BIN"), "directory with the pinned binaries (`make tools`; default $NVINJECT_TOOLS_BIN)")
+	nodeName := fs.String("node-name", localnode.DefaultNodeName, "Kubernetes node name")
+	dropIn := fs.String("containerd-dropin", "", "containerd config fragment to merge (default: "+dropInPath+" of this checkout if present; \"none\" to skip)")
+	kubeletTmpl := fs.String("kubelet-config", "", "KubeletConfiguration template replacing the embedded one")
+	containerdTmpl := fs.String("containerd-config", "", "containerd config template replacing the embedded one")
+	pause := fs.String("pause-binary", "", "static pause program for the sandbox image (default: build e2e/cmd/pause)")
+	timeout := fs.Duration("timeout", 90*time.Second, "readiness timeout per component")
+	if err := fs.Parse(os.Args[2:]); err != nil {
+		return err
+	}
+	opts := []localnode.Option{
+		localnode.WithRunDir(*runDir), localnode.WithToolsBin(*toolsBin), localnode.WithNodeName(*nodeName),
+		localnode.WithKubeletConfigTemplate(*kubeletTmpl), localnode.WithContainerdConfigTemplate(*containerdTmpl),
+		localnode.WithPauseBinary(*pause), localnode.WithTimeout(*timeout),
+	}
+	switch *dropIn {
+	case "none":
+	case "":
+		if found := findDropIn(); found != "" {
+			opts = append(opts, localnode.WithContainerdDropIn(found))
+		}
+	default:
+		opts = append(opts, localnode.WithContainerdDropIn(*dropIn))
+	}
+	node := localnode.New(opts...)
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	switch verb {
+	case "up":
+		if *toolsBin == "" {
+			return errors.New("no tools bin dir: run `make tools` and pass -tools-bin or set NVINJECT_TOOLS_BIN")
+		}
+		if err := node.Up(ctx); err != nil {
+			return fmt.Errorf("%w (run `nvinject-localnode down` to clean up)", err)
+		}
+		fmt.Printf("export KUBECONFIG=%s\nCRI endpoint: unix://%s\nNRI socket: %s\nCDI dir: %s\n",
+			node.Kubeconfig(), node.ContainerdSocket(), node.NRISocket(), node.CDIDir())
+		return nil
+	case "down":
+		return node.Down(ctx)
+	case "status":
+		return printStatus(node.Status(ctx))
+	default:
+		return usage()
+	}
+}
+
+func printStatus(st []localnode.ComponentStatus) error {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "COMPONENT\tPID\tSTATE\tLOG")
+	for _, s := range st {
+		pid := "-"
+		if s.PID != 0 {
+			pid = fmt.Sprint(s.PID)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, pid, s.Detail, s.LogFile)
+	}
+	return w.Flush()
+}
+
+// findDropIn looks for the deploy drop-in in the checkout containing the working directory.
+func findDropIn() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, dropInPath)); err == nil {
+				return filepath.Join(dir, dropInPath)
+			}
+			return ""
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+func usage() error {
+	fmt.Fprintln(os.Stderr, "usage: nvinject-localnode up|down|status [-run-dir DIR] [-tools-bin DIR] [-node-name NAME] ...")
+	return errors.New("unknown or missing command")
+}

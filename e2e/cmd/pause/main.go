@@ -1,0 +1,31 @@
+// Command pause is the pod sandbox's init process: it holds the pod's namespaces open,
+// reaps orphaned children and exits promptly on SIGTERM or SIGINT.
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	for sig := range sigs {
+		if sig != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		reap()
+	}
+}
+
+// reap collects every exited child, as PID 1 in a namespace must.
+func reap() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}
