@@ -1,0 +1,121 @@
+// Command nvinject-nri is nvinject's containerd NRI plugin: for pods of the
+// nvidia RuntimeClass it resolves the CDI devices allocated to each
+// container, applies their edits and checks the GPU UUIDs it really gets.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/nvinject/nvinject/nri/internal/collect"
+	"github.com/nvinject/nvinject/nri/internal/config"
+	"github.com/nvinject/nvinject/nri/internal/metrics"
+	"github.com/nvinject/nvinject/nri/internal/plugin"
+	"github.com/nvinject/nvinject/nri/internal/podresources"
+	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/shared/gpu/backend"
+	"github.com/nvinject/nvinject/shared/httpserve"
+	"github.com/nvinject/nvinject/shared/logging"
+)
+
+func main() {
+	cfg, err := config.Parse(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nvinject-nri:", err)
+		os.Exit(2)
+	}
+	log, err := logging.New(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nvinject-nri:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("nvinject-nri failed", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+
+	col, err := collect.New(collect.WithAnnotationPrefix(cfg.AnnotationPrefix))
+	if err != nil {
+		return err
+	}
+	res, err := resolve.New(cfg.CDISpecDirs)
+	if err != nil {
+		return err
+	}
+	defer res.Close()
+	for _, e := range res.SpecErrors() {
+		log.Warn("CDI spec skipped", "error", e)
+	}
+
+	opts := []plugin.Option{
+		plugin.WithLogger(log), plugin.WithMetrics(m), plugin.WithRuntimeHandlers(cfg.RuntimeHandlers...),
+		plugin.WithKind(cfg.CDIVendor, cfg.CDIClass), plugin.WithResourceName(cfg.ResourceName),
+	}
+	if cfg.NVML != "" {
+		inv, err := inventory(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		log.Info("GPU inventory read", "gpus", len(inv), "nvml", cfg.NVML)
+		opts = append(opts, plugin.WithInventory(inv))
+	}
+	if cfg.PodResourcesSocket != "" {
+		pr, err := podresources.New(cfg.PodResourcesSocket)
+		if err != nil {
+			return err
+		}
+		defer pr.Close()
+		opts = append(opts, plugin.WithKubelet(pr))
+	}
+	h := plugin.NewHandler(col, res, opts...)
+	runner := plugin.NewRunner(h, cfg.PluginName, cfg.PluginIdx, cfg.SocketPath, plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m))
+
+	srv := httpserve.New(cfg.MetricsAddr, reg, httpserve.WithReady(runner.Ready), httpserve.WithLogger(log))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(ctx) }()
+	log.Info("starting", "socket", cfg.SocketPath, "plugin", cfg.PluginIdx+"-"+cfg.PluginName,
+		"cdiSpecDirs", cfg.CDISpecDirs, "runtimeHandlers", cfg.RuntimeHandlers, "podResources", cfg.PodResourcesSocket)
+	if err := runner.Run(ctx); err != nil {
+		return err
+	}
+	return <-errc
+}
+
+// inventory reads the node's UUID→minor map once; the hot path never asks
+// NVML again.
+func inventory(ctx context.Context, cfg config.Config) (map[string]int64, error) {
+	b, err := backend.Open(cfg.NVML, backend.Options{DriverRoot: cfg.DriverRoot})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	node, err := b.Discover(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("discover GPUs with --nvml=%s: %w", cfg.NVML, err)
+	}
+	inv := make(map[string]int64, len(node.Devices))
+	for _, d := range node.Devices {
+		inv[d.UUID] = int64(d.Minor)
+	}
+	return inv, nil
+}

@@ -1,0 +1,105 @@
+// Package config parses the NRI plugin's command line. Everything is a
+// flag, so the plugin runs the same under systemd, in a DaemonSet or in a
+// test; nothing is read from the environment.
+package config
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+)
+
+// Config is the parsed command line.
+type Config struct {
+	SocketPath         string
+	PluginName         string
+	PluginIdx          string
+	CDISpecDirs        []string
+	RuntimeHandlers    []string
+	CDIVendor          string
+	CDIClass           string
+	AnnotationPrefix   string
+	PodResourcesSocket string
+	ResourceName       string
+	NVML               string
+	DriverRoot         string
+	MetricsAddr        string
+	LogFormat          string
+	LogLevel           string
+}
+
+// Defaults for the repeatable flags, used when a flag is not given at all.
+var (
+	DefaultSpecDirs = []string{"/etc/cdi", "/var/run/cdi"}
+	DefaultHandlers = []string{"nvidia"}
+)
+
+var idxRE = regexp.MustCompile(`^[0-9]{2}$`)
+
+// list is a repeatable string flag; the first use replaces the default.
+type list struct {
+	vals []string
+	set  bool
+}
+
+func (l *list) String() string { return strings.Join(l.vals, ",") }
+func (l *list) Set(v string) error {
+	if !l.set {
+		l.vals, l.set = nil, true
+	}
+	l.vals = append(l.vals, v)
+	return nil
+}
+
+// Parse parses args (without the program name).
+func Parse(args []string, stderr io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("nvinject-nri", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dirs := &list{vals: DefaultSpecDirs}
+	handlers := &list{vals: DefaultHandlers}
+	fs.StringVar(&c.SocketPath, "socket-path", "/var/run/nri/nri.sock", "NRI socket of the runtime")
+	fs.StringVar(&c.PluginName, "plugin-name", "nvinject", "NRI plugin name")
+	fs.StringVar(&c.PluginIdx, "plugin-idx", "10", "NRI plugin index (two digits; lower runs earlier)")
+	fs.Var(dirs, "cdi-spec-dir", "CDI spec directory (repeatable; default /etc/cdi and /var/run/cdi)")
+	fs.Var(handlers, "runtime-handler", "runtime handler (RuntimeClass handler) whose pods get GPUs (repeatable; default nvidia)")
+	fs.StringVar(&c.CDIVendor, "cdi-vendor", "nvidia.com", "CDI vendor of nvinject's GPU devices")
+	fs.StringVar(&c.CDIClass, "cdi-class", "gpu", "CDI class of nvinject's GPU devices")
+	fs.StringVar(&c.AnnotationPrefix, "annotation-prefix", "cdi.k8s.io/", "key prefix of the device plugin's CDI container annotations")
+	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", "", "kubelet PodResources socket; when set, each container's UUIDs must match kubelet's assignment")
+	fs.StringVar(&c.ResourceName, "resource-name", "nvidia.com/gpu", "extended resource compared with kubelet's PodResources")
+	fs.StringVar(&c.NVML, "nvml", "", `GPU inventory read once at start for the UUID-to-minor check: "real", "sim:a100-80gb[*N]", or empty to trust the CDI specs`)
+	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the driver's files are, for --nvml=real")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9482", "address serving /metrics, /healthz and /readyz (empty disables)")
+	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments %q; nvinject-nri takes flags only", fs.Args())
+	}
+	c.CDISpecDirs, c.RuntimeHandlers = dirs.vals, handlers.vals
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	switch {
+	case !idxRE.MatchString(c.PluginIdx):
+		return fmt.Errorf("--plugin-idx=%q must be two digits, e.g. 10", c.PluginIdx)
+	case c.PluginName == "":
+		return fmt.Errorf("--plugin-name must not be empty")
+	case c.SocketPath == "":
+		return fmt.Errorf("--socket-path must not be empty")
+	case c.CDIVendor == "" || c.CDIClass == "":
+		return fmt.Errorf("--cdi-vendor and --cdi-class must not be empty")
+	}
+	for _, h := range c.RuntimeHandlers {
+		if h == "" {
+			return fmt.Errorf("--runtime-handler must not be empty; the default runtime is not a GPU runtime")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+// Package metrics holds the NRI plugin's Prometheus metrics.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are registered on one registry.
+type Metrics struct {
+	injections prometheus.Counter
+	refusals   *prometheus.CounterVec
+	latency    prometheus.Histogram
+	connected  prometheus.Gauge
+	running    *prometheus.GaugeVec
+}
+
+// New registers the metrics on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		injections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nvinject_nri_injections_total", Help: "Containers given GPUs after passing the UUID check.",
+		}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nvinject_nri_refusals_total", Help: "Container creations refused, by reason.",
+		}, []string{"reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "nvinject_nri_create_container_seconds", Help: "CreateContainer handler latency.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nvinject_nri_connected", Help: "1 while registered with the runtime's NRI.",
+		}),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nvinject_nri_running_gpu_containers", Help: "GPU containers found at the last Synchronize, by check result.",
+		}, []string{"check"}),
+	}
+	reg.MustRegister(m.injections, m.refusals, m.latency, m.connected, m.running)
+	return m
+}
+
+// Injected counts a container that got its GPUs.
+func (m *Metrics) Injected() { m.injections.Inc() }
+
+// Refused counts a refused creation.
+func (m *Metrics) Refused(reason string) { m.refusals.WithLabelValues(reason).Inc() }
+
+// Observe records one handler call's duration.
+func (m *Metrics) Observe(d time.Duration) { m.latency.Observe(d.Seconds()) }
+
+// Connected records the NRI connection state.
+func (m *Metrics) Connected(up bool) {
+	if up {
+		m.connected.Set(1)
+		return
+	}
+	m.connected.Set(0)
+}
+
+// Running records the Synchronize census.
+func (m *Metrics) Running(pass, fail int) {
+	m.running.WithLabelValues("pass").Set(float64(pass))
+	m.running.WithLabelValues("fail").Set(float64(fail))
+}

@@ -1,0 +1,357 @@
+// Package plugin is the NRI plugin: the CreateContainer and Synchronize
+// handlers (handler.go) and the connection to the runtime (runner.go).
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nvinject/nvinject/nri/internal/collect"
+	"github.com/nvinject/nvinject/nri/internal/convert"
+	"github.com/nvinject/nvinject/nri/internal/metrics"
+	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/nri/internal/verify"
+)
+
+// UUIDsKey is the container annotation recording the injected GPU UUIDs.
+const UUIDsKey = "nvinject.io/gpu-uuids"
+
+// Resolver resolves CDI names to edits.
+type Resolver interface {
+	Resolve(names []string, user oci.User) (resolve.Result, error)
+}
+
+// KubeletDevices reports the device IDs kubelet assigned to a container.
+type KubeletDevices interface {
+	DeviceIDs(ctx context.Context, namespace, pod, ctr, resource string) ([]string, error)
+}
+
+// Refusal reasons that are not a verify.Reason.
+const (
+	ReasonBadRequest   = "invalid-request"
+	ReasonRuntimeClass = "runtime-class"
+	ReasonPodLevel     = "pod-annotation"
+	ReasonUnresolvable = "unresolvable"
+	ReasonSpec         = "spec-error"
+	ReasonKubeletDown  = "podresources-unavailable"
+)
+
+// RefusalError is a refused container creation; Reason labels the metric.
+type RefusalError struct {
+	Reason string
+	Err    error
+}
+
+func (e *RefusalError) Error() string { return "nvinject: " + e.Err.Error() }
+func (e *RefusalError) Unwrap() error { return e.Err }
+
+func refuse(reason string, err error) error { return &RefusalError{Reason: reason, Err: err} }
+
+// Handler decides, per container, which GPU edits to apply and checks them.
+type Handler struct {
+	log       *slog.Logger
+	collector *collect.Collector
+	resolver  Resolver
+	kubelet   KubeletDevices
+	metrics   *metrics.Metrics
+	handlers  map[string]bool
+	vendor    string
+	class     string
+	resource  string
+	inventory map[string]int64
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(h *Handler) { h.log = l } }
+
+// WithKubelet makes every check also compare with kubelet's PodResources.
+func WithKubelet(k KubeletDevices) Option { return func(h *Handler) { h.kubelet = k } }
+
+// WithMetrics sets where outcomes are counted.
+func WithMetrics(m *metrics.Metrics) Option { return func(h *Handler) { h.metrics = m } }
+
+// WithRuntimeHandlers sets the runtime handlers served (default "nvidia").
+func WithRuntimeHandlers(names ...string) Option {
+	return func(h *Handler) {
+		h.handlers = map[string]bool{}
+		for _, n := range names {
+			h.handlers[n] = true
+		}
+	}
+}
+
+// WithKind sets the CDI vendor and class of nvinject's GPUs.
+func WithKind(vendor, class string) Option {
+	return func(h *Handler) { h.vendor, h.class = vendor, class }
+}
+
+// WithResourceName sets the extended resource whose kubelet assignment is
+// compared (default "nvidia.com/gpu").
+func WithResourceName(r string) Option { return func(h *Handler) { h.resource = r } }
+
+// WithInventory sets the node's UUID→minor map discovered at start.
+func WithInventory(m map[string]int64) Option { return func(h *Handler) { h.inventory = m } }
+
+// NewHandler returns a Handler.
+func NewHandler(c *collect.Collector, r Resolver, opts ...Option) *Handler {
+	h := &Handler{
+		log: slog.Default(), collector: c, resolver: r,
+		handlers: map[string]bool{"nvidia": true}, vendor: "nvidia.com", class: "gpu", resource: "nvidia.com/gpu",
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// outcome is what one container gets.
+type outcome struct {
+	adj   *api.ContainerAdjustment
+	names []string
+	uuids []string
+}
+
+// CreateContainer applies the container's GPU edits, or refuses it.
+func (h *Handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	start := time.Now()
+	out, err := h.create(ctx, pod, ctr)
+	if h.metrics != nil {
+		h.metrics.Observe(time.Since(start))
+	}
+	attrs := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "runtimeHandler", pod.GetRuntimeHandler()}
+	if err != nil {
+		reason := reasonOf(err)
+		if h.metrics != nil {
+			h.metrics.Refused(reason)
+		}
+		h.log.Warn("refused container", append(attrs, "reason", reason, "error", err.Error())...)
+		return nil, nil, err
+	}
+	if len(out.uuids) > 0 {
+		if h.metrics != nil {
+			h.metrics.Injected()
+		}
+		h.log.Info("injected GPUs", append(attrs, "uuids", out.uuids, "cdiDevices", out.names)...)
+	}
+	return out.adj, nil, nil
+}
+
+func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (outcome, error) {
+	names, err := h.collector.Container(ctr)
+	if err != nil {
+		return outcome{}, refuse(ReasonBadRequest, err)
+	}
+	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
+	ours := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !collect.Kind(n, h.vendor, h.class) })
+	if !h.handlers[pod.GetRuntimeHandler()] {
+		if len(ours) > 0 {
+			return outcome{}, refuse(ReasonRuntimeClass, fmt.Errorf("%s requests %s but runs with runtime handler %q; set runtimeClassName: %s in the pod spec",
+				who, strings.Join(ours, ", "), pod.GetRuntimeHandler(), h.servedHint()))
+		}
+		return outcome{}, nil
+	}
+	if spoofed := h.podLevel(pod, names); len(spoofed) > 0 {
+		return outcome{}, refuse(ReasonPodLevel, fmt.Errorf("%s: pod-level annotations name GPUs %s that were not allocated to the container; remove them from the pod (GPUs are requested with resources.limits %s)",
+			who, strings.Join(spoofed, ", "), h.resource))
+	}
+
+	var res resolve.Result
+	adj := &api.ContainerAdjustment{}
+	if len(names) > 0 {
+		res, err = h.resolver.Resolve(names, userOf(ctr))
+		var unres *resolve.UnresolvableError
+		switch {
+		case errors.As(err, &unres):
+			return outcome{}, refuse(ReasonUnresolvable, fmt.Errorf("%s: %w", who, err))
+		case err != nil:
+			return outcome{}, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
+		}
+		if adj, err = convert.Adjustment(res.Spec, ctr); err != nil {
+			return outcome{}, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
+		}
+	}
+	gpus, err := allocated(res)
+	if err != nil {
+		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
+	}
+	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
+	if h.kubelet != nil {
+		if in.Kubelet, err = h.kubelet.DeviceIDs(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), h.resource); err != nil {
+			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+		}
+	}
+	if err := verify.Check(in); err != nil {
+		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
+	}
+	uuids := verify.UUIDs(gpus)
+	if len(uuids) > 0 {
+		adj.AddAnnotation(UUIDsKey, strings.Join(uuids, ","))
+	}
+	if isEmpty(adj) {
+		adj = nil
+	}
+	return outcome{adj: adj, names: names, uuids: uuids}, nil
+}
+
+// Synchronize reports the GPU containers already running and whether they
+// pass the check; it changes nothing.
+func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	byID := make(map[string]*api.PodSandbox, len(pods))
+	for _, p := range pods {
+		byID[p.GetId()] = p
+	}
+	pass, fail := 0, 0
+	for _, ctr := range ctrs {
+		pod := byID[ctr.GetPodSandboxId()]
+		if pod == nil || !h.handlers[pod.GetRuntimeHandler()] {
+			continue
+		}
+		uuids, err := h.check(ctr)
+		attrs := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "state", ctr.GetState().String()}
+		switch {
+		case err != nil:
+			fail++
+			h.log.Warn("running container fails the GPU check", append(attrs, "error", err.Error())...)
+		case len(uuids) > 0:
+			pass++
+			h.log.Info("running GPU container passes the check", append(attrs, "uuids", uuids)...)
+		}
+	}
+	if h.metrics != nil {
+		h.metrics.Running(pass, fail)
+	}
+	h.log.Info("synchronized with runtime", "containers", len(ctrs), "gpuContainersPassing", pass, "gpuContainersFailing", fail)
+	return nil, nil
+}
+
+// check verifies a container as it already is (no adjustment).
+func (h *Handler) check(ctr *api.Container) ([]string, error) {
+	names, err := h.collector.Container(ctr)
+	if err != nil {
+		return nil, err
+	}
+	var res resolve.Result
+	if len(names) > 0 {
+		if res, err = h.resolver.Resolve(names, userOf(ctr)); err != nil {
+			return nil, err
+		}
+	}
+	gpus, err := allocated(res)
+	if err != nil {
+		return nil, err
+	}
+	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, nil), Env: ctr.GetEnv(), Inventory: h.inventory}
+	return verify.UUIDs(gpus), verify.Check(in)
+}
+
+func (h *Handler) servedHint() string {
+	if h.handlers["nvidia"] || len(h.handlers) == 0 {
+		return "nvidia"
+	}
+	return strings.Join(slices.Sorted(maps.Keys(h.handlers)), " or ")
+}
+
+// podLevel returns the GPU names of pod-level annotations that the
+// container itself does not request.
+func (h *Handler) podLevel(pod *api.PodSandbox, requested []string) []string {
+	kind := h.vendor + "/" + h.class + "="
+	var out []string
+	for _, n := range h.collector.Pod(pod) {
+		if strings.HasPrefix(n, kind) && !slices.Contains(requested, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// allocated derives the GPUs from each resolved device's own edits, taking
+// device node types and numbers as CDI filled them in.
+func allocated(res resolve.Result) ([]verify.GPU, error) {
+	filled := map[string]verify.Node{}
+	if res.Spec != nil && res.Spec.Linux != nil {
+		for _, d := range res.Spec.Linux.Devices {
+			filled[d.Path] = verify.Node{Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor}
+		}
+	}
+	var out []verify.GPU
+	for _, d := range res.Devices {
+		nodes := make([]verify.Node, 0, len(d.Edits.DeviceNodes))
+		for _, n := range d.Edits.DeviceNodes {
+			nodes = append(nodes, filled[n.Path])
+		}
+		gpus, err := verify.FromEdits(d.Name, nodes, d.Edits.Env)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range gpus {
+			if !slices.Contains(out, g) {
+				out = append(out, g)
+			}
+		}
+	}
+	return out, nil
+}
+
+// finalNodes are the container's device nodes after adj is applied
+// (an adjusted path replaces the container's node at that path).
+func finalNodes(ctr *api.Container, adj *api.ContainerAdjustment) []verify.Node {
+	byPath := map[string]verify.Node{}
+	for _, d := range ctr.GetLinux().GetDevices() {
+		byPath[d.GetPath()] = verify.Node{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()}
+	}
+	for _, d := range adj.GetLinux().GetDevices() {
+		byPath[d.GetPath()] = verify.Node{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()}
+	}
+	return slices.Collect(maps.Values(byPath))
+}
+
+// finalEnv is the container's environment after adj is applied.
+func finalEnv(ctr *api.Container, adj *api.ContainerAdjustment) []string {
+	env := map[string]string{}
+	for _, kv := range ctr.GetEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for _, kv := range adj.GetEnv() {
+		env[kv.GetKey()] = kv.GetValue()
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func userOf(ctr *api.Container) oci.User {
+	u := ctr.GetUser()
+	return oci.User{UID: u.GetUid(), GID: u.GetGid(), AdditionalGids: u.GetAdditionalGids()}
+}
+
+func isEmpty(a *api.ContainerAdjustment) bool {
+	return len(a.GetAnnotations()) == 0 && len(a.GetEnv()) == 0 && len(a.GetMounts()) == 0 &&
+		a.GetHooks() == nil && len(a.GetLinux().GetDevices()) == 0
+}
+
+func reasonOf(err error) string {
+	var r *RefusalError
+	if errors.As(err, &r) {
+		return r.Reason
+	}
+	var m *verify.MismatchError
+	if errors.As(err, &m) {
+		return string(m.Reason)
+	}
+	return ReasonSpec
+}
