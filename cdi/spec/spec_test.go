@@ -1,0 +1,318 @@
+package spec_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"sigs.k8s.io/yaml"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nvinject/nvinject/cdi/driver"
+	"github.com/nvinject/nvinject/cdi/simroot"
+	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/gpu/backend"
+	"github.com/nvinject/nvinject/shared/gpu/sim"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// simNode discovers a simulated node through the real NVML code path and
+// writes its simulated driver root under a fixed-name dir, so golden files
+// can replace the temp prefix.
+func simNode(t testing.TB, value string) (gpu.Node, string) {
+	t.Helper()
+	b, err := backend.Open(value, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	node, err := b.Discover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "driver-root")
+	smi := filepath.Join(t.TempDir(), "nvidia-smi-sim")
+	if err := os.WriteFile(smi, []byte("#!/bin/sh\necho simulated\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := simroot.Write(root, node, smi); err != nil {
+		t.Fatal(err)
+	}
+	return node, root
+}
+
+func TestGolden(t *testing.T) {
+	for _, tc := range []struct{ value, golden string }{
+		{"sim:a100-80gb", "a100-80gb-1.yaml"},
+		{"sim:a100-80gb*8", "a100-80gb-8.yaml"},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			node, root := simNode(t, tc.value)
+			s, err := spec.New(spec.WithDriverRoot(root)).Generate(node, node.Devices)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := yaml.Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = []byte(strings.ReplaceAll(string(got), root, "/DRIVER-ROOT"))
+			path := filepath.Join("testdata", tc.golden)
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update once to create it)", err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("spec differs from %s; rerun with -update if intended:\n%s", path, got)
+			}
+		})
+	}
+}
+
+// The spec must resolve through the CDI library exactly as containerd
+// resolves it, giving the GPU's node, the control nodes, the driver
+// mounts and the UUID env, and nothing of other GPUs.
+func TestInjectThroughCDICache(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb*8")
+	g := spec.New(spec.WithDriverRoot(root))
+	s, err := g.Generate(node, node.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, _, err := spec.Write(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := node.Devices[3]
+	ociSpec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	unresolved, err := cache.InjectDevices(ociSpec, g.QualifiedName(want.UUID))
+	if err != nil || len(unresolved) > 0 {
+		t.Fatalf("inject: %v, unresolved %v", err, unresolved)
+	}
+	var gpuNodes, ctl []string
+	for _, d := range ociSpec.Linux.Devices {
+		if d.Major == gpu.NVIDIAMajor && d.Minor < gpu.ModesetMinor {
+			gpuNodes = append(gpuNodes, d.Path)
+		} else {
+			ctl = append(ctl, d.Path)
+		}
+	}
+	if !slices.Equal(gpuNodes, []string{"/dev/nvidia3"}) {
+		t.Errorf("GPU nodes = %v, want only /dev/nvidia3", gpuNodes)
+	}
+	slices.Sort(ctl)
+	if !slices.Equal(ctl, []string{"/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidiactl"}) {
+		t.Errorf("control nodes = %v", ctl)
+	}
+	env := ociSpec.Process.Env
+	for _, e := range []string{spec.UUIDEnv(want.Minor) + "=" + want.UUID, "NVIDIA_VISIBLE_DEVICES=void", spec.EnvSimulated + "=1"} {
+		if !slices.Contains(env, e) {
+			t.Errorf("env %v lacks %s", env, e)
+		}
+	}
+	for _, e := range env {
+		if strings.HasPrefix(e, spec.EnvUUIDPrefix) && e != spec.UUIDEnv(want.Minor)+"="+want.UUID {
+			t.Errorf("env names another GPU: %s", e)
+		}
+	}
+	var mounts []string
+	for _, m := range ociSpec.Mounts {
+		mounts = append(mounts, m.Destination)
+	}
+	for _, m := range []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so." + sim.DriverVersion, "/usr/bin/nvidia-smi", "/lib/firmware/nvidia/" + sim.DriverVersion, driver.SimulatedFacts} {
+		if !slices.Contains(mounts, m) {
+			t.Errorf("mounts lack %s: %v", m, mounts)
+		}
+	}
+}
+
+func TestWriteOnlyOnChange(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb")
+	dir := t.TempDir()
+	s, err := spec.New(spec.WithDriverRoot(root)).Generate(node, node.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, changed, err := spec.Write(dir, s)
+	if err != nil || !changed {
+		t.Fatalf("first write: changed=%v err=%v", changed, err)
+	}
+	st1, _ := os.Stat(p)
+	if _, changed, err = spec.Write(dir, s); err != nil || changed {
+		t.Fatalf("identical write: changed=%v err=%v", changed, err)
+	}
+	st2, _ := os.Stat(p)
+	if !st1.ModTime().Equal(st2.ModTime()) {
+		t.Error("identical spec rewrote the file")
+	}
+	node8, root8 := simNode(t, "sim:a100-80gb*8")
+	s8, err := spec.New(spec.WithDriverRoot(root8)).Generate(node8, node8.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, changed, err = spec.Write(dir, s8); err != nil || !changed {
+		t.Fatalf("changed GPU set: changed=%v err=%v", changed, err)
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb*2")
+	noCache := t.TempDir()
+	if err := os.CopyFS(noCache, os.DirFS(root)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(noCache, "etc/ld.so.cache")); err != nil {
+		t.Fatal(err)
+	}
+	wrongVersion := node
+	wrongVersion.DriverVersion = "999.1"
+	stranger := gpu.Device{UUID: "GPU-00000000-0000-0000-0000-000000000000"}
+	for _, tc := range []struct {
+		name    string
+		node    gpu.Node
+		root    string
+		devs    []gpu.Device
+		wantErr string
+		is      error
+	}{
+		{"missing driver root", node, filepath.Join(root, "nope"), node.Devices, "--driver-root", driver.ErrNoDriverRoot},
+		{"no ld.so.cache", node, noCache, node.Devices, "ldconfig -r", nil},
+		{"driver version mismatch", wrongVersion, root, node.Devices, "libnvidia-ml.so.999.1", nil},
+		{"unknown GPU", node, root, []gpu.Device{stranger}, "not on this node", nil},
+		{"duplicate GPU", node, root, []gpu.Device{node.Devices[0], node.Devices[0]}, "listed twice", nil},
+		{"no GPUs", node, root, nil, "NVIDIA_VISIBLE_DEVICES", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := spec.New(spec.WithDriverRoot(tc.root)).Generate(tc.node, tc.devs)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.wantErr)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("err = %v, want errors.Is %v", err, tc.is)
+			}
+		})
+	}
+}
+
+func TestHostDriverRootAndHook(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb")
+	hook := filepath.Join(t.TempDir(), "nvidia-cdi-hook")
+	if err := os.WriteFile(hook, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, err := spec.New(spec.WithDriverRoot(root), spec.WithHostDriverRoot("/host"), spec.WithLDCacheHook(hook), spec.WithNameStrategy(spec.NameIndex)).Generate(node, node.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range s.ContainerEdits.Mounts {
+		if !strings.HasPrefix(m.HostPath, "/host/") {
+			t.Errorf("mount %s does not use the host driver root", m.HostPath)
+		}
+	}
+	if len(s.ContainerEdits.Hooks) != 1 || !slices.Contains(s.ContainerEdits.Hooks[0].Args, "update-ldcache") {
+		t.Errorf("hooks = %+v", s.ContainerEdits.Hooks)
+	}
+	var names []string
+	for _, d := range s.Devices {
+		names = append(names, d.Name)
+	}
+	if !slices.Equal(names, []string{node.Devices[0].UUID, "0", "all"}) {
+		t.Errorf("device names = %v", names)
+	}
+	if _, err := spec.New(spec.WithDriverRoot(root), spec.WithLDCacheHook("/nonexistent/hook")).Generate(node, node.Devices); err == nil {
+		t.Error("a missing hook binary was accepted")
+	}
+}
+
+// Two processes given the same --nvml value must write the same spec: the
+// daemons and tools agree about one simulated node only if UUIDs are stable.
+func TestCLIDeterministicAcrossProcesses(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("linux only")
+	}
+	bin := filepath.Join(t.TempDir(), "nvinject-cdi")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/nvinject-cdi")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	smi := filepath.Join(t.TempDir(), "smi")
+	if err := os.WriteFile(smi, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "simulate-driver-root", "--nvml=sim:a100-80gb", "--smi", smi, root).CombinedOutput(); err != nil {
+		t.Fatalf("simulate: %v\n%s", err, out)
+	}
+	var specs [2][]byte
+	for i := range specs {
+		out, err := exec.Command(bin, "generate", "--nvml=sim:a100-80gb", "--driver-root="+root, "--output=-").Output()
+		if err != nil {
+			t.Fatalf("generate %d: %v", i, err)
+		}
+		specs[i] = out
+	}
+	if string(specs[0]) != string(specs[1]) {
+		t.Fatal("two processes generated different specs")
+	}
+	if !strings.Contains(string(specs[0]), sim.UUID("a100-80gb", 0)) {
+		t.Fatal("spec lacks the deterministic simulated UUID")
+	}
+	f := filepath.Join(t.TempDir(), "spec.yaml")
+	if err := os.WriteFile(f, specs[0], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "validate", f).CombinedOutput(); err != nil {
+		t.Fatalf("validate: %v\n%s", err, out)
+	}
+}
+
+func BenchmarkGenerate8GPUs(b *testing.B) {
+	node, root := simNode(b, "sim:a100-80gb*8")
+	g := spec.New(spec.WithDriverRoot(root))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := g.Generate(node, node.Devices); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAnchorReadSpec is the anchor for BenchmarkGenerate8GPUs: reading
+// and validating the same 8-GPU spec through the CDI library, the work
+// containerd does whenever the spec dir changes.
+func BenchmarkAnchorReadSpec(b *testing.B) {
+	node, root := simNode(b, "sim:a100-80gb*8")
+	s, err := spec.New(spec.WithDriverRoot(root)).Generate(node, node.Devices)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, _, err := spec.Write(b.TempDir(), s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := cdi.ReadSpec(p, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

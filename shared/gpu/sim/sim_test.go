@@ -1,0 +1,172 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
+	"github.com/nvinject/nvinject/shared/gpu/sim"
+)
+
+func discover(t *testing.T, value string) (gpu.Node, *sim.Node, *nvmlinv.Inventory) {
+	t.Helper()
+	spec, err := sim.ParseSpec(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := sim.New(spec)
+	inv, err := nvmlinv.New(n.NVML(), nvmlinv.WithNodeLookup(n.Nodes()), nvmlinv.WithSimulated(), nvmlinv.WithWaitSlice(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inv.Close() })
+	node, err := inv.Discover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node, n, inv
+}
+
+func TestDeterministicNode(t *testing.T) {
+	one, _, _ := discover(t, "sim:a100-80gb")
+	eight, _, _ := discover(t, "sim:a100-80gb*8")
+	again, _, _ := discover(t, "sim:a100-80gb*8")
+	if len(one.Devices) != 1 || len(eight.Devices) != 8 {
+		t.Fatalf("got %d and %d GPUs", len(one.Devices), len(eight.Devices))
+	}
+	if one.Devices[0].UUID != eight.Devices[0].UUID {
+		t.Error("GPU 0 differs between the 1-GPU and 8-GPU simulated nodes")
+	}
+	uuidRE := regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	seen := map[string]bool{}
+	for i, d := range eight.Devices {
+		if d != again.Devices[i] {
+			t.Errorf("GPU %d differs between two builds: %+v vs %+v", i, d, again.Devices[i])
+		}
+		if !uuidRE.MatchString(d.UUID) || seen[d.UUID] {
+			t.Errorf("GPU %d UUID %q is malformed or repeated", i, d.UUID)
+		}
+		seen[d.UUID] = true
+		if d.Minor != i || d.Node.Path != "/dev/nvidia"+string(rune('0'+i)) || d.Node.Major != gpu.NVIDIAMajor {
+			t.Errorf("GPU %d node = %+v", i, d.Node)
+		}
+		if d.Name != "NVIDIA A100-SXM4-80GB" || d.MemoryBytes != 80<<30 {
+			t.Errorf("GPU %d = %s with %d bytes", i, d.Name, d.MemoryBytes)
+		}
+		if d.PCIBusID != sim.BusID(i)[4:] && d.PCIBusID != sim.BusID(i) {
+			t.Errorf("GPU %d bus ID %q", i, d.PCIBusID)
+		}
+		if d.NUMANode != i/4 {
+			t.Errorf("GPU %d NUMA node %d", i, d.NUMANode)
+		}
+	}
+	if eight.DriverVersion != sim.DriverVersion || eight.CUDAVersion != "13.0" || !eight.Simulated {
+		t.Errorf("node facts = %s / %s / simulated=%v", eight.DriverVersion, eight.CUDAVersion, eight.Simulated)
+	}
+	if len(eight.ControlNodes) != 4 {
+		t.Errorf("control nodes = %+v", eight.ControlNodes)
+	}
+	a, b, c := eight.Devices[0].UUID, eight.Devices[1].UUID, eight.Devices[5].UUID
+	if l := eight.Link(a, b); !l.NVLink || l.Level != 20 {
+		t.Errorf("link 0-1 = %+v", l)
+	}
+	if l := eight.Link(a, c); !l.NVLink || l.Level != 50 || eight.Link(c, a) != l {
+		t.Errorf("link 0-5 = %+v", l)
+	}
+}
+
+func TestMIG(t *testing.T) {
+	node, _, _ := discover(t, "sim:a100-80gb*4,mig=2")
+	for _, d := range node.Devices {
+		if d.MIGEnabled != (d.Index == 2) {
+			t.Errorf("GPU %d MIG = %v", d.Index, d.MIGEnabled)
+		}
+	}
+}
+
+func TestParseSpec(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    string
+		wantErr string
+	}{
+		{in: "sim:a100-80gb", want: "sim:a100-80gb"},
+		{in: "sim:a100-80gb*8", want: "sim:a100-80gb*8"},
+		{in: "sim:a100-80gb*8,mig=1+3", want: "sim:a100-80gb*8,mig=1+3"},
+		{in: "real", wantErr: "not a simulation value"},
+		{in: "sim:h100", wantErr: "unknown simulated model"},
+		{in: "sim:a100-80gb*0", wantErr: "from 1 to 16"},
+		{in: "sim:a100-80gb*x", wantErr: "from 1 to 16"},
+		{in: "sim:a100-80gb*2,mig=2", wantErr: "from 0 to 1"},
+		{in: "sim:a100-80gb,foo=1", wantErr: "unknown option"},
+	} {
+		s, err := sim.ParseSpec(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: err = %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || s.String() != tc.want {
+			t.Errorf("%s: %v, %q", tc.in, err, s.String())
+		}
+	}
+}
+
+func TestHealthEvents(t *testing.T) {
+	node, n, inv := discover(t, "sim:a100-80gb*2")
+	target := node.Devices[1].UUID
+	if err := n.InjectXid(target, 79); !errors.Is(err, sim.ErrNoWatcher) {
+		t.Fatalf("inject before any watcher: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	events := make(chan gpu.HealthEvent, 4)
+	done := make(chan error, 1)
+	go func() { done <- inv.WatchHealth(ctx, node.UUIDs(), events) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := n.InjectXid(target, 79)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, sim.ErrNoWatcher) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case e := <-events:
+		if e.UUID != target || e.Kind != gpu.EventXid || e.Xid != 79 {
+			t.Fatalf("event = %+v", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no health event")
+	}
+	if err := n.InjectXid("GPU-nope", 1); err == nil || !strings.Contains(err.Error(), node.Devices[0].UUID) {
+		t.Errorf("unknown UUID error = %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("WatchHealth did not stop with its context")
+	}
+}
+
+func TestLookup(t *testing.T) {
+	l := sim.New(sim.Spec{Model: "a100-80gb", Count: 2}).Nodes()
+	for path, want := range map[string]bool{"/dev/nvidia0": true, "/dev/nvidia1": true, "/dev/nvidia2": false, "/dev/nvidiactl": true, "/dev/nvidia-uvm": true, "/dev/sda": false} {
+		_, ok, err := l.Lookup(path)
+		if err != nil || ok != want {
+			t.Errorf("%s: ok=%v err=%v", path, ok, err)
+		}
+	}
+}
