@@ -318,7 +318,7 @@ func (s StatLookup) Lookup(path string) (gpu.DeviceNode, bool, error) {
 		return gpu.DeviceNode{}, false, fmt.Errorf("%s is not a character device; check --driver-root/--dev-root", full)
 	}
 	rdev := uint64(st.Rdev)
-	major := int64((rdev >> 8) & 0xfff) | int64((rdev>>32)&^0xfff)
+	major := int64((rdev>>8)&0xfff) | int64((rdev>>32)&^0xfff)
 	minor := int64(rdev&0xff) | int64((rdev>>12)&^0xff)
 	return gpu.DeviceNode{Path: path, Type: "c", Major: major, Minor: minor}, true, nil
 }
