@@ -1,0 +1,55 @@
+{{- define "nvinject.labels" -}}
+app.kubernetes.io/part-of: nvinject
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+
+{{- define "nvinject.sim" -}}
+{{- if hasPrefix "sim:" .Values.nvml }}true{{ end -}}
+{{- end -}}
+
+{{- define "nvinject.probes" -}}
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  initialDelaySeconds: 5
+  periodSeconds: 10
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  periodSeconds: 5
+  failureThreshold: 3
+{{- end -}}
+
+{{- define "nvinject.securityContext" -}}
+securityContext:
+  privileged: false
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  runAsUser: 0
+  runAsGroup: 0
+  runAsNonRoot: false
+  capabilities:
+    drop:
+      - ALL
+{{- end -}}
+
+{{- define "nvinject.podScheduling" -}}
+priorityClassName: {{ .Values.priorityClassName }}
+automountServiceAccountToken: false
+enableServiceLinks: false
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  seccompProfile:
+    type: RuntimeDefault
+{{- end -}}
