@@ -45,7 +45,7 @@ func (n *Node) components() []component {
 				"--name=nvinject", "--data-dir=" + l.etcdData(),
 				"--listen-client-urls=" + loop(p.EtcdClient), "--advertise-client-urls=" + loop(p.EtcdClient),
 				"--listen-peer-urls=" + loop(p.EtcdPeer), "--initial-advertise-peer-urls=" + loop(p.EtcdPeer),
-				"--initial-cluster=nvinject=" + loop(p.EtcdPeer), "--listen-metrics-urls=",
+				"--initial-cluster=nvinject=" + loop(p.EtcdPeer),
 			},
 			probe: func(ctx context.Context) error { return probeHTTP(ctx, loop(p.EtcdClient)+"/health") },
 		},

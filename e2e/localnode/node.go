@@ -82,6 +82,9 @@ func (n *Node) Up(ctx context.Context) error {
 	if err := n.Down(ctx); err != nil {
 		return fmt.Errorf("clean up the previous node: %w", err)
 	}
+	if err := os.RemoveAll(n.layout.logs()); err != nil {
+		return fmt.Errorf("remove old logs: %w", err)
+	}
 	for _, d := range []string{n.layout.logs(), n.layout.path("pids"), n.layout.cdiDir(), n.layout.staticPods(),
 		n.layout.path("nri", "plugins"), n.layout.path("nri", "conf.d"), n.layout.runcRoot()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

@@ -7,3 +7,8 @@ export NVINJECT_TOOLS_BIN
 .PHONY: tools
 tools:
 	$(NVINJECT_TOOLS_DIR)/build.sh
+
+# The local-node end-to-end test (needs root): brings a real node up, runs a pod, tears down.
+.PHONY: e2e-localnode
+e2e-localnode: tools
+	cd $(NVINJECT_TOOLS_DIR)/.. && NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) go test -count=1 -v -timeout 20m -run TestLocalNode ./localnode/
