@@ -1,0 +1,360 @@
+package render
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+const (
+	devicePlugin = "single-gpu-device-plugin"
+	nri          = "nvinject-nri"
+)
+
+// simUUID mirrors shared/gpu/sim.UUID, which the local-sim overlay's default
+// selected-gpu-uuid must equal for model a100-80gb, GPU 0.
+func simUUID(model string, index int) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("nvinject-sim/%s/%d", model, index)))
+	h[6] = (h[6] & 0x0f) | 0x50
+	h[8] = (h[8] & 0x3f) | 0x80
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+type build struct {
+	dir          string
+	selectedGPU  string
+	nodeSelector map[string]string
+	images       map[string]string // container name -> image
+	pullPolicy   corev1.PullPolicy
+	nvml         string
+	driverRoot   string
+}
+
+var (
+	gpuLabel = map[string]string{"nvidia.com/gpu.present": "true"}
+	released = map[string]string{
+		"device-plugin": "ghcr.io/nvinject/nvinject-device-plugin:v0.1.0",
+		"nri":           "ghcr.io/nvinject/nvinject-nri:v0.1.0",
+	}
+	builds = []build{
+		{dir: ".", selectedGPU: "all", nodeSelector: gpuLabel, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/"},
+		{dir: "overlays/nvkind-worker", selectedGPU: "GPU-00000000-0000-0000-0000-000000000000",
+			nodeSelector: map[string]string{"kubernetes.io/hostname": "k8s-ai-infra-worker"}, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/"},
+		{dir: "overlays/multi-gpu", selectedGPU: "all", nodeSelector: gpuLabel, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/"},
+		{dir: "overlays/local-sim", selectedGPU: simUUID("a100-80gb", 0),
+			nodeSelector: map[string]string{"kubernetes.io/hostname": "nvinject-sim-worker"},
+			images: map[string]string{
+				"device-plugin": "nvinject.local/nvinject-device-plugin:dev",
+				"nri":           "nvinject.local/nvinject-nri:dev",
+			},
+			pullPolicy: corev1.PullNever, nvml: "sim:a100-80gb", driverRoot: "/var/lib/nvinject-sim/driver-root"},
+	}
+)
+
+func kustomize(t *testing.T, dir string, opts ...Option) objects {
+	t.Helper()
+	out, err := Kustomize(dir, opts...)
+	if err != nil {
+		t.Fatalf("Kustomize(%q): %v", dir, err)
+	}
+	return decode(t, out)
+}
+
+// TestOverlaysCovered fails when an overlay directory is added without a
+// row in builds.
+func TestOverlaysCovered(t *testing.T) {
+	dirs, err := filepath.Glob("../overlays/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		want := "overlays/" + filepath.Base(d)
+		if !slices.ContainsFunc(builds, func(b build) bool { return b.dir == want }) {
+			t.Errorf("%s has no row in builds", want)
+		}
+	}
+}
+
+func TestKustomizeObjects(t *testing.T) {
+	for _, b := range builds {
+		t.Run(b.dir, func(t *testing.T) {
+			o := kustomize(t, b.dir)
+			if len(o.namespaces) != 1 || o.namespaces[0].Name != "nvidia-device-plugin" {
+				t.Errorf("namespaces = %v, want nvidia-device-plugin", o.namespaces)
+			}
+			if len(o.configMaps) != 1 || o.configMaps[0].Name != devicePlugin || o.configMaps[0].Namespace != "nvidia-device-plugin" {
+				t.Fatalf("configMaps = %+v", o.configMaps)
+			}
+			if got := o.configMaps[0].Data; !reflect.DeepEqual(got, map[string]string{"selected-gpu-uuid": b.selectedGPU}) {
+				t.Errorf("ConfigMap data = %v, want selected-gpu-uuid %s", got, b.selectedGPU)
+			}
+			if len(o.runtimes) != 1 || o.runtimes[0].Name != "nvidia" || o.runtimes[0].Handler != "nvidia" {
+				t.Errorf("RuntimeClass = %+v, want nvidia/nvidia", o.runtimes)
+			}
+			if len(o.policies) != 1 || len(o.bindings) != 1 || o.bindings[0].Spec.PolicyName != o.policies[0].Name {
+				t.Errorf("admission policy %+v not bound by %+v", o.policies, o.bindings)
+			}
+			if len(o.daemonSets) != 2 {
+				t.Fatalf("daemonSets = %v, want %s and %s", len(o.daemonSets), devicePlugin, nri)
+			}
+			for name, ds := range o.daemonSets {
+				checkDaemonSet(t, name, ds, b)
+			}
+		})
+	}
+}
+
+func checkDaemonSet(t *testing.T, name string, ds appsv1.DaemonSet, b build) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if errs := validatePodSpec(field.NewPath("spec", "template", "spec"), ds.Spec.Template.ObjectMeta, spec); len(errs) > 0 {
+		t.Errorf("%s: %v", name, errs.ToAggregate())
+	}
+	for k, v := range ds.Spec.Selector.MatchLabels {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("%s: selector %s=%s does not match the template labels", name, k, v)
+		}
+	}
+	if ds.Namespace != "nvidia-device-plugin" || ds.Labels["app.kubernetes.io/part-of"] != "nvinject" {
+		t.Errorf("%s: namespace %q labels %v", name, ds.Namespace, ds.Labels)
+	}
+	if spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("%s: priorityClassName = %q", name, spec.PriorityClassName)
+	}
+	if !reflect.DeepEqual(spec.NodeSelector, b.nodeSelector) {
+		t.Errorf("%s: nodeSelector = %v, want %v", name, spec.NodeSelector, b.nodeSelector)
+	}
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		t.Errorf("%s: shares a host namespace", name)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("%s: mounts a service account token it does not need", name)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%s: %d containers", name, len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if c.Image != b.images[c.Name] || c.ImagePullPolicy != b.pullPolicy {
+		t.Errorf("%s: image %s (%s), want %s (%s)", name, c.Image, c.ImagePullPolicy, b.images[c.Name], b.pullPolicy)
+	}
+	checkSecurity(t, name, c)
+	checkResources(t, name, c)
+	checkProbes(t, name, c)
+}
+
+func checkSecurity(t *testing.T, name string, c corev1.Container) {
+	t.Helper()
+	sc := c.SecurityContext
+	if sc == nil {
+		t.Fatalf("%s: no securityContext", name)
+	}
+	if sc.Privileged == nil || *sc.Privileged {
+		t.Errorf("%s: privileged must be explicitly false", name)
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("%s: allowPrivilegeEscalation must be false", name)
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("%s: readOnlyRootFilesystem must be true", name)
+	}
+	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("%s: capabilities = %+v, want drop [ALL] and no add", name, sc.Capabilities)
+	}
+}
+
+func checkResources(t *testing.T, name string, c corev1.Container) {
+	t.Helper()
+	want := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("40Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}
+	for _, list := range []struct{ got, want corev1.ResourceList }{{c.Resources.Requests, want.Requests}, {c.Resources.Limits, want.Limits}} {
+		if len(list.got) != len(list.want) {
+			t.Errorf("%s: resources %v, want %v", name, c.Resources, want)
+			return
+		}
+		for k, q := range list.want {
+			if g := list.got[k]; g.Cmp(q) != 0 {
+				t.Errorf("%s: %s = %s, want %s", name, k, g.String(), q.String())
+			}
+		}
+	}
+}
+
+// checkProbes: liveness on /healthz and readiness on /readyz, at the port
+// the daemon's --metrics-addr listens on.
+func checkProbes(t *testing.T, name string, c corev1.Container) {
+	t.Helper()
+	wantPort := map[string]int32{"device-plugin": 9481, "nri": 9482}[c.Name]
+	if !slices.Contains(c.Args, fmt.Sprintf("--metrics-addr=:%d", wantPort)) {
+		t.Errorf("%s: args %v lack --metrics-addr=:%d", name, c.Args, wantPort)
+	}
+	for _, p := range []struct {
+		probe *corev1.Probe
+		path  string
+	}{{c.LivenessProbe, "/healthz"}, {c.ReadinessProbe, "/readyz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("%s: missing HTTP probe for %s", name, p.path)
+			continue
+		}
+		get := p.probe.HTTPGet
+		idx := slices.IndexFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.Name == get.Port.String() })
+		if get.Path != p.path || idx < 0 || c.Ports[idx].ContainerPort != wantPort {
+			t.Errorf("%s: probe %s on port %s, want %s on %d", name, get.Path, get.Port.String(), p.path, wantPort)
+		}
+	}
+}
+
+// TestDevicePluginEnvIsTheSeeds: the env block is the seed's, verbatim.
+func TestDevicePluginEnvIsTheSeeds(t *testing.T) {
+	seed := []corev1.EnvVar{
+		{Name: "NVIDIA_VISIBLE_DEVICES", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "single-gpu-device-plugin"}, Key: "selected-gpu-uuid"}}},
+		{Name: "MIG_STRATEGY", Value: "none"},
+		{Name: "DEVICE_LIST_STRATEGY", Value: "cdi-annotations,cdi-cri"},
+		{Name: "DEVICE_ID_STRATEGY", Value: "uuid"},
+	}
+	for _, b := range builds {
+		o := kustomize(t, b.dir)
+		if got := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Env; !reflect.DeepEqual(got, seed) {
+			t.Errorf("%s: env = %+v, want the seed's %+v", b.dir, got, seed)
+		}
+		if got := o.daemonSets[nri].Spec.Template.Spec.Containers[0].Env; len(got) != 0 {
+			t.Errorf("%s: nri env = %+v, want none", b.dir, got)
+		}
+	}
+}
+
+type mount struct {
+	host      string
+	hostType  corev1.HostPathType
+	path      string
+	readOnly  bool
+	propagate corev1.MountPropagationMode
+}
+
+func TestHostPaths(t *testing.T) {
+	for _, b := range builds {
+		driverType := corev1.HostPathDirectory
+		if strings.HasPrefix(b.nvml, "sim:") {
+			driverType = corev1.HostPathDirectoryOrCreate
+		}
+		want := map[string][]mount{
+			devicePlugin: {
+				{"/var/lib/kubelet/device-plugins", corev1.HostPathDirectory, "/var/lib/kubelet/device-plugins", false, ""},
+				{"/var/run/cdi", corev1.HostPathDirectoryOrCreate, "/var/run/cdi", false, ""},
+				{b.driverRoot, driverType, "/driver-root", true, corev1.MountPropagationHostToContainer},
+			},
+			nri: {
+				{"/var/run/nri/nri.sock", corev1.HostPathSocket, "/var/run/nri/nri.sock", false, ""},
+				{"/var/run/cdi", corev1.HostPathDirectoryOrCreate, "/var/run/cdi", true, ""},
+				{"/etc/cdi", corev1.HostPathDirectoryOrCreate, "/etc/cdi", true, ""},
+				{"/var/lib/kubelet/pod-resources", corev1.HostPathDirectory, "/var/lib/kubelet/pod-resources", true, ""},
+			},
+		}
+		o := kustomize(t, b.dir)
+		for name, ds := range o.daemonSets {
+			if got := mounts(ds.Spec.Template.Spec); !reflect.DeepEqual(got, want[name]) {
+				t.Errorf("%s %s: mounts\n got %+v\nwant %+v", b.dir, name, got, want[name])
+			}
+		}
+	}
+}
+
+func mounts(spec corev1.PodSpec) []mount {
+	vols := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v
+	}
+	var out []mount
+	for _, m := range spec.Containers[0].VolumeMounts {
+		v := vols[m.Name]
+		if v.HostPath == nil {
+			out = append(out, mount{path: m.MountPath})
+			continue
+		}
+		mt := mount{host: v.HostPath.Path, path: m.MountPath, readOnly: m.ReadOnly}
+		if v.HostPath.Type != nil {
+			mt.hostType = *v.HostPath.Type
+		}
+		if m.MountPropagation != nil {
+			mt.propagate = *m.MountPropagation
+		}
+		out = append(out, mt)
+	}
+	return out
+}
+
+func TestArgs(t *testing.T) {
+	for _, b := range builds {
+		o := kustomize(t, b.dir)
+		dp := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Args
+		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins", "--resource-name=nvidia.com/gpu",
+			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--metrics-addr=:9481"}
+		if !slices.Equal(dp, wantDP) {
+			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
+		}
+		wantNRI := []string{"--socket-path=/var/run/nri/nri.sock", "--plugin-name=nvinject", "--plugin-idx=10",
+			"--cdi-spec-dir=/etc/cdi", "--cdi-spec-dir=/var/run/cdi", "--runtime-handler=nvidia",
+			"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "--metrics-addr=:9482"}
+		if b.nvml != "real" {
+			wantNRI = append(wantNRI, "--nvml="+b.nvml)
+		}
+		if got := o.daemonSets[nri].Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, wantNRI) {
+			t.Errorf("%s: nri args\n got %v\nwant %v", b.dir, got, wantNRI)
+		}
+	}
+}
+
+// TestImagesComeFromOneVariable: the raw manifests name only the image
+// placeholders that kustomization.yaml's images: maps.
+func TestImagesComeFromOneVariable(t *testing.T) {
+	files, err := filepath.Glob("../base/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests: %v", err)
+	}
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pod := range decode(t, data).daemonSets {
+			for _, c := range pod.Spec.Template.Spec.Containers {
+				if c.Image != "nvinject-device-plugin" && c.Image != "nvinject-nri" {
+					t.Errorf("%s: container %s uses image %q, not a placeholder mapped by kustomization.yaml images:", f, c.Name, c.Image)
+				}
+			}
+		}
+	}
+}
+
+func TestKustomizeOptions(t *testing.T) {
+	o := kustomize(t, "overlays/local-sim",
+		WithSelectedGPU(simUUID("a100-80gb", 3)),
+		WithImages("localhost/dp:test", "localhost/nri:test"))
+	if got := o.configMaps[0].Data["selected-gpu-uuid"]; got != simUUID("a100-80gb", 3) {
+		t.Errorf("selected-gpu-uuid = %s", got)
+	}
+	for name, want := range map[string]string{devicePlugin: "localhost/dp:test", nri: "localhost/nri:test"} {
+		c := o.daemonSets[name].Spec.Template.Spec.Containers[0]
+		if c.Image != want || c.ImagePullPolicy != corev1.PullNever {
+			t.Errorf("%s: image %s (%s), want %s (Never)", name, c.Image, c.ImagePullPolicy, want)
+		}
+	}
+	if _, err := Kustomize("overlays/nope"); err == nil || !strings.Contains(err.Error(), "overlays/<name>") {
+		t.Errorf("unknown overlay error = %v", err)
+	}
+}
