@@ -1,0 +1,133 @@
+package config
+
+import (
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestLoadDefaults(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Strategies, []Strategy{StrategyAnnotations, StrategyCRI}) || c.IDStrategy != IDUUID ||
+		c.KubeletDir != "/var/lib/kubelet/device-plugins" || c.ResourceName != "nvidia.com/gpu" ||
+		c.MetricsAddr != ":9481" || !c.Selector.All || c.QuietPeriod != 5*time.Minute ||
+		!slices.Equal(c.IgnoredXids, []uint64{13, 31, 43, 45, 68, 109}) {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestLoadSeedEnvAndFlagPrecedence(t *testing.T) {
+	uuid := "GPU-4c8f1b0e-1a2b-5c3d-8e4f-0123456789ab"
+	e := env(map[string]string{
+		"NVIDIA_VISIBLE_DEVICES": uuid,
+		"MIG_STRATEGY":           "none",
+		"DEVICE_LIST_STRATEGY":   "cdi-annotations,cdi-cri",
+		"DEVICE_ID_STRATEGY":     "index",
+		"NVINJECT_NVML":          "sim:a100-80gb*8",
+	})
+	c, err := Load([]string{"--device-id-strategy=uuid"}, e, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.VisibleDevices != uuid || !slices.Equal(c.Selector.UUIDs, []string{uuid}) {
+		t.Errorf("selection from env: %q %+v", c.VisibleDevices, c.Selector)
+	}
+	if c.IDStrategy != IDUUID {
+		t.Errorf("flag should win over env: got %q", c.IDStrategy)
+	}
+	if c.NVML != "sim:a100-80gb*8" {
+		t.Errorf("nvml = %q", c.NVML)
+	}
+}
+
+func TestLoadRefusesInvalidValues(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{env: map[string]string{"DEVICE_LIST_STRATEGY": "envvar"}, want: `"envvar" is not supported`},
+		{env: map[string]string{"DEVICE_LIST_STRATEGY": "cdi-cri,bogus"}, want: `"bogus" is not a strategy`},
+		{env: map[string]string{"DEVICE_ID_STRATEGY": "serial"}, want: `DEVICE_ID_STRATEGY="serial"`},
+		{env: map[string]string{"MIG_STRATEGY": "single"}, want: `MIG_STRATEGY="single"`},
+		{env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "gpu0"}, want: `"gpu0" is neither`},
+		{args: []string{"--nvml=cuda"}, want: `--nvml="cuda"`},
+		{args: []string{"--ignored-xids=13,x"}, want: `"x" is not an Xid`},
+		{args: []string{"--health-quiet-period=soon"}, want: `--health-quiet-period="soon"`},
+		{args: []string{"--on-nvml-error=retry"}, want: `--on-nvml-error="retry"`},
+		{args: []string{"--resource-name=gpu"}, want: `--resource-name="gpu"`},
+		{args: []string{"--cdi-vendor=-x"}, want: `--cdi-vendor="-x"`},
+		{args: []string{"--plugin-socket=kubelet.sock"}, want: `--plugin-socket="kubelet.sock"`},
+		{args: []string{"--kubelet-dir=/" + strings.Repeat("d", 120)}, want: "unix sockets allow 107"},
+		{args: []string{"extra"}, want: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			_, err := Load(tt.args, env(tt.env), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Load(%v, %v) error = %v; want it to contain %s", tt.args, tt.env, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseXids(t *testing.T) {
+	for in, want := range map[string][]uint64{"": nil, "none": nil, "79": {79}, " 13, 31 ,13": {13, 31}} {
+		got, err := ParseXids(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("ParseXids(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+}
+
+func FuzzParseStrategies(f *testing.F) {
+	for _, s := range []string{"cdi-annotations,cdi-cri", "nri", "cdi-cri, nri", "", ",", "envvar", "cdi-cri,cdi-cri"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got, err := ParseStrategies(v)
+		if err != nil {
+			return
+		}
+		if len(got) == 0 || len(got) > 3 {
+			t.Fatalf("ParseStrategies(%q) = %v", v, got)
+		}
+		for i, s := range got {
+			if slices.Contains(got[i+1:], s) {
+				t.Fatalf("ParseStrategies(%q) = %v repeats %q", v, got, s)
+			}
+		}
+	})
+}
+
+func FuzzParseXids(f *testing.F) {
+	for _, s := range []string{DefaultIgnoredXids, "none", "", "79", "1,,2", "-1", "18446744073709551616"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got, err := ParseXids(v)
+		if err != nil {
+			return
+		}
+		again, err := ParseXids(joinXids(got))
+		if err != nil || !slices.Equal(again, got) {
+			t.Fatalf("round trip of %q: %v -> %v, %v", v, got, again, err)
+		}
+	})
+}
+
+func joinXids(xs []uint64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(parts, ",")
+}
