@@ -4,8 +4,10 @@ go 1.26.8
 
 require (
 	github.com/containerd/nri v0.11.0
+	github.com/nvinject/nvinject/cdi v0.0.0
 	github.com/nvinject/nvinject/shared v0.0.0
 	github.com/opencontainers/runtime-spec v1.3.0
+	github.com/opencontainers/runtime-tools v0.9.1-0.20251114084447-edf4cb3d2116
 	github.com/prometheus/client_golang v1.24.0
 	google.golang.org/grpc v1.82.1
 	k8s.io/kubelet v0.37.2
@@ -22,6 +24,8 @@ require (
 	github.com/fsnotify/fsnotify v1.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/knqyf263/go-plugin v0.9.0 // indirect
+	github.com/moby/sys/capability v0.4.0 // indirect
+	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
@@ -34,6 +38,7 @@ require (
 	golang.org/x/text v0.40.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace (

@@ -126,4 +126,3 @@ func (n nriLogger) Errorf(ctx context.Context, f string, a ...any) {
 }
 
 var _ nrilog.Logger = nriLogger{}
-

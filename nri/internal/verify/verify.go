@@ -10,12 +10,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
 // EnvUUIDPrefix is the variable prefix nvinject's CDI specs use to name the
 // UUID behind each GPU node: NVINJECT_GPU_UUID_<minor>=<uuid>.
-const EnvUUIDPrefix = "NVINJECT_GPU_UUID_"
+const EnvUUIDPrefix = spec.EnvUUIDPrefix
 
 // Reason classifies a mismatch for metrics and logs.
 type Reason string
