@@ -70,18 +70,33 @@ func TestLocalNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	kubectl := func(stdin string, args ...string) string {
-		t.Helper()
+	run := func(stdin string, args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", node.Kubeconfig()}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)
 		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		out, err := run(stdin, args...)
 		if err != nil {
 			t.Fatalf("kubectl %s: %v\n%s\nkubelet log: %s", strings.Join(args, " "), err, out, node.LogFile("kubelet"))
 		}
-		return string(out)
+		return out
 	}
 	podStart := time.Now()
-	kubectl(podManifest, "apply", "-f", "-")
+	// The controller-manager creates the default ServiceAccount shortly after it starts;
+	// until then admission rejects the pod.
+	for {
+		out, err := run(podManifest, "apply", "-f", "-")
+		if err == nil {
+			break
+		}
+		if !strings.Contains(out, "serviceaccount") || time.Since(podStart) > 30*time.Second {
+			t.Fatalf("kubectl apply: %v\n%s", err, out)
+		}
+		time.Sleep(time.Second)
+	}
 	kubectl("", "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/busybox", "--timeout=120s")
 	t.Logf("pod Succeeded %s after creation", time.Since(podStart).Round(time.Millisecond))
 	if logs := kubectl("", "logs", "pod/busybox"); !strings.Contains(logs, marker+" Linux") {

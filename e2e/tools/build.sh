@@ -16,7 +16,7 @@ RUNC_VERSION=v1.4.4
 CRICTL_VERSION=v1.37.0
 # A fixed build date keeps the version strings (and so the binaries) reproducible.
 BUILD_DATE=2026-01-01T00:00:00Z
-DEBIAN_PACKAGES=(libseccomp-dev pkg-config gcc libc6-dev busybox-static)
+DEBIAN_PACKAGES=(libseccomp-dev pkg-config gcc libc6-dev busybox-static containernetworking-plugins iproute2 util-linux)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export GOWORK=off

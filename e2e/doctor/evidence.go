@@ -1,0 +1,206 @@
+package doctor
+
+// Evidence is everything the collectors read about one node. Every part has
+// an Unread field: empty when the part was read, otherwise why it could not
+// be (the checks turn that into an "unknown" verdict, never an "ok").
+type Evidence struct {
+	Node         string               `json:"node"`
+	Resource     string               `json:"resource"`
+	RuntimeClass string               `json:"runtimeClass"`
+	SMI          SMIEvidence          `json:"nvidiaSmi"`
+	KubeletDir   KubeletDirEvidence   `json:"kubeletDir"`
+	Plugin       PluginEvidence       `json:"devicePlugin"`
+	NodeStatus   NodeEvidence         `json:"nodeStatus"`
+	Selected     SelectedEvidence     `json:"selectedGpu"`
+	Ledger       LedgerEvidence       `json:"ledger"`
+	Allocate     AllocateEvidence     `json:"allocate"`
+	CDI          CDIEvidence          `json:"cdi"`
+	RuntimeCls   RuntimeClassEvidence `json:"runtimeClassObject"`
+	Containerd   ContainerdEvidence   `json:"containerd"`
+	NRI          NRIEvidence          `json:"nri"`
+	App          AppEvidence          `json:"application"`
+}
+
+// GPU is one line of nvidia-smi's query output.
+type GPU struct {
+	Index   string `json:"index"`
+	UUID    string `json:"uuid"`
+	Name    string `json:"name"`
+	MIGMode string `json:"migMode,omitempty"`
+}
+
+// SMIEvidence is the result of running nvidia-smi on the worker.
+type SMIEvidence struct {
+	Path   string `json:"path"`
+	Unread string `json:"unread,omitempty"`
+	// Failed is set when nvidia-smi ran and exited non-zero.
+	Failed string `json:"failed,omitempty"`
+	Output string `json:"output,omitempty"`
+	GPUs   []GPU  `json:"gpus,omitempty"`
+}
+
+// KubeletDirEvidence is what the kubelet device-plugins directory holds.
+type KubeletDirEvidence struct {
+	Dir           string   `json:"dir"`
+	Unread        string   `json:"unread,omitempty"`
+	KubeletSocket bool     `json:"kubeletSocket"`
+	PluginSockets []string `json:"pluginSockets,omitempty"`
+}
+
+// DeviceHealth is one device as the device plugin reports it.
+type DeviceHealth struct {
+	UUID    string `json:"uuid"`
+	Healthy bool   `json:"healthy"`
+	// Xid is the last Xid counted for the device, when the plugin exposes it.
+	Xid string `json:"xid,omitempty"`
+}
+
+// PluginEvidence is read from nvinject-device-plugin's /metrics. A nil
+// pointer means the metric was absent.
+type PluginEvidence struct {
+	URL            string         `json:"url"`
+	Unread         string         `json:"unread,omitempty"`
+	Registrations  *float64       `json:"registrations,omitempty"`
+	Streams        *float64       `json:"listAndWatchStreams,omitempty"`
+	Devices        []DeviceHealth `json:"devices,omitempty"`
+	AllocateErrors *float64       `json:"allocateErrors,omitempty"`
+}
+
+// NodeEvidence is the Node's published amount of the GPU resource.
+type NodeEvidence struct {
+	Unread      string `json:"unread,omitempty"`
+	Published   bool   `json:"published"`
+	Capacity    int64  `json:"capacity"`
+	Allocatable int64  `json:"allocatable"`
+}
+
+// SelectedEvidence is the ConfigMap value that limits the plugin's view.
+type SelectedEvidence struct {
+	Source string   `json:"source"`
+	Unread string   `json:"unread,omitempty"`
+	UUIDs  []string `json:"uuids,omitempty"`
+	All    bool     `json:"all,omitempty"`
+}
+
+// PodRef names a pod and, where it matters, one of its containers.
+type PodRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Container string `json:"container,omitempty"`
+}
+
+func (p PodRef) String() string {
+	s := p.Namespace + "/" + p.Name
+	if p.Container != "" {
+		s += "[" + p.Container + "]"
+	}
+	return s
+}
+
+// PodMessage is a pod (or container) with the message that concerns it.
+type PodMessage struct {
+	PodRef
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message"`
+}
+
+// GPUHolder is a pod bound to the node that requests GPUs.
+type GPUHolder struct {
+	PodRef
+	Phase string `json:"phase"`
+	GPUs  int64  `json:"gpus"`
+}
+
+// LedgerEvidence is the scheduler's view: who holds the node's GPUs and who
+// waits for one.
+type LedgerEvidence struct {
+	Unread  string       `json:"unread,omitempty"`
+	Holders []GPUHolder  `json:"holders,omitempty"`
+	Pending []PodMessage `json:"pending,omitempty"`
+}
+
+// AllocateEvidence lists pods kubelet rejected because Allocate failed.
+type AllocateEvidence struct {
+	Unread   string       `json:"unread,omitempty"`
+	Failures []PodMessage `json:"failures,omitempty"`
+}
+
+// SpecError is one CDI spec file the CDI library refused.
+type SpecError struct {
+	Path  string `json:"path"`
+	Error string `json:"error"`
+}
+
+// CDIEvidence is what the CDI library makes of the spec directories.
+type CDIEvidence struct {
+	Dirs        []string    `json:"dirs"`
+	Unread      string      `json:"unread,omitempty"`
+	MissingDirs []string    `json:"missingDirs,omitempty"`
+	Files       []string    `json:"files,omitempty"`
+	Errors      []SpecError `json:"errors,omitempty"`
+	Devices     []string    `json:"devices,omitempty"`
+	// Wanted are the names pods need (from the selected UUIDs, the plugin's
+	// devices and container errors); Unresolved those the cache lacks.
+	Wanted     []string `json:"wanted,omitempty"`
+	Unresolved []string `json:"unresolved,omitempty"`
+}
+
+// RuntimeClassEvidence is the RuntimeClass object pods name.
+type RuntimeClassEvidence struct {
+	Unread  string `json:"unread,omitempty"`
+	Exists  bool   `json:"exists"`
+	Handler string `json:"handler,omitempty"`
+}
+
+// ContainerdEvidence is the merged containerd configuration.
+type ContainerdEvidence struct {
+	Path        string   `json:"path"`
+	Unread      string   `json:"unread,omitempty"`
+	Files       []string `json:"files,omitempty"`
+	Handlers    []string `json:"handlers,omitempty"`
+	CDISpecDirs []string `json:"cdiSpecDirs,omitempty"`
+	NRIDisabled bool     `json:"nriDisabled,omitempty"`
+}
+
+// NRIEvidence is nvinject-nri's metrics and the container errors on the node
+// (refusals and CDI/runtime failures) as kubelet reports them.
+type NRIEvidence struct {
+	URL           string             `json:"url"`
+	MetricsUnread string             `json:"metricsUnread,omitempty"`
+	Connected     *float64           `json:"connected,omitempty"`
+	Refusals      map[string]float64 `json:"refusals,omitempty"`
+	ErrorsUnread  string             `json:"errorsUnread,omitempty"`
+	// CreateErrors are containers that failed to be created, with kubelet's
+	// message (CreateContainerError and friends, and Failed events).
+	CreateErrors []PodMessage `json:"createErrors,omitempty"`
+}
+
+// ContainerState is one container of an application pod.
+type ContainerState struct {
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
+	Message  string `json:"message,omitempty"`
+	ExitCode int32  `json:"exitCode,omitempty"`
+	Restarts int32  `json:"restarts"`
+	Ready    bool   `json:"ready"`
+	// LogTail is the end of the container's log (the previous run's when it
+	// restarted).
+	LogTail   string `json:"logTail,omitempty"`
+	LogUnread string `json:"logUnread,omitempty"`
+}
+
+// AppPod is one pod of the application selector.
+type AppPod struct {
+	PodRef
+	Phase      string           `json:"phase"`
+	NodeName   string           `json:"nodeName,omitempty"`
+	Containers []ContainerState `json:"containers,omitempty"`
+}
+
+// AppEvidence is the application's pods.
+type AppEvidence struct {
+	Selector string   `json:"selector"`
+	Unread   string   `json:"unread,omitempty"`
+	Pods     []AppPod `json:"pods,omitempty"`
+}
