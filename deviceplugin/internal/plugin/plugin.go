@@ -1,0 +1,171 @@
+// Package plugin implements the kubelet v1beta1 DevicePlugin service over
+// the resource table, the health tracker and the allocate responder.
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nvinject/nvinject/deviceplugin/internal/allocate"
+	"github.com/nvinject/nvinject/deviceplugin/internal/devices"
+	"github.com/nvinject/nvinject/deviceplugin/internal/metrics"
+)
+
+// Health is what the service needs from the health tracker.
+type Health interface {
+	Healthy(uuid string) bool
+	Subscribe() (<-chan struct{}, func())
+}
+
+// Server is the DevicePlugin service.
+type Server struct {
+	pluginapi.UnimplementedDevicePluginServer
+	table   *devices.Table
+	health  Health
+	resp    *allocate.Responder
+	metrics *metrics.Metrics
+	log     *slog.Logger
+
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+// New returns the service.
+func New(table *devices.Table, health Health, resp *allocate.Responder, m *metrics.Metrics, log *slog.Logger) *Server {
+	return &Server{table: table, health: health, resp: resp, metrics: m, log: log, stopped: make(chan struct{})}
+}
+
+// Stop ends every ListAndWatch stream, so a graceful gRPC stop completes.
+func (s *Server) Stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
+
+// GetDevicePluginOptions announces GetPreferredAllocation.
+func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+// List returns the published devices with their current health.
+func (s *Server) List() []*pluginapi.Device {
+	entries := s.table.Entries()
+	out := make([]*pluginapi.Device, len(entries))
+	for i, e := range entries {
+		d := &pluginapi.Device{ID: e.ID, Health: pluginapi.Unhealthy}
+		if s.health.Healthy(e.Device.UUID) {
+			d.Health = pluginapi.Healthy
+		}
+		if e.Device.NUMANode >= 0 {
+			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(e.Device.NUMANode)}}}
+		}
+		out[i] = d
+	}
+	return out
+}
+
+// ListAndWatch sends the full list at once and after every health change
+// until the stream or the server ends. The tracker's notifications are
+// coalesced, so a slow stream only skips intermediate states.
+func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	changed, cancel := s.health.Subscribe()
+	defer cancel()
+	s.metrics.ActiveStreams.Inc()
+	defer s.metrics.ActiveStreams.Dec()
+	var last []*pluginapi.Device
+	for {
+		list := s.List()
+		if !sameList(last, list) {
+			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: list}); err != nil {
+				return fmt.Errorf("send device list to kubelet: %w", err)
+			}
+			last = list
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		case <-s.stopped:
+			return nil
+		}
+	}
+}
+
+func sameList(a, b []*pluginapi.Device) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].Health != b[i].Health {
+			return false
+		}
+	}
+	return true
+}
+
+// GetPreferredAllocation answers from the topology cached at start; it
+// never fails the request.
+func (s *Server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, c := range req.GetContainerRequests() {
+		ids := s.table.Preferred(c.GetAvailableDeviceIDs(), c.GetMustIncludeDeviceIDs(), int(c.GetAllocationSize()))
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate returns the CDI names of the requested GPUs. Unknown and
+// Unhealthy IDs are refused, naming them.
+func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	resp := &pluginapi.AllocateResponse{}
+	for _, c := range req.GetContainerRequests() {
+		ids := c.GetDevicesIds()
+		names := make([]string, 0, len(ids))
+		var unknown, unhealthy []string
+		for _, id := range ids {
+			e, ok := s.table.Lookup(id)
+			switch {
+			case !ok:
+				unknown = append(unknown, id)
+			case !s.health.Healthy(e.Device.UUID):
+				unhealthy = append(unhealthy, id)
+			default:
+				names = append(names, e.CDIName)
+			}
+		}
+		if err := refusal(ids, unknown, unhealthy); err != nil {
+			s.metrics.Allocations.WithLabelValues("refused").Inc()
+			s.log.Warn("refused allocation", "ids", ids, "err", err)
+			return nil, err
+		}
+		cr, err := s.resp.Container(ids, names)
+		if err != nil {
+			s.metrics.Allocations.WithLabelValues("refused").Inc()
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		s.metrics.Allocations.WithLabelValues("ok").Inc()
+		s.log.Info("allocated", "ids", ids, "cdi_devices", names)
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
+	}
+	return resp, nil
+}
+
+func refusal(ids, unknown, unhealthy []string) error {
+	switch {
+	case len(ids) == 0:
+		return status.Error(codes.InvalidArgument, "allocate: a container request names no devices")
+	case len(unknown) > 0:
+		return status.Errorf(codes.InvalidArgument, "allocate: unknown device IDs %s: this plugin does not publish them (kubelet state from another plugin or configuration?)", strings.Join(unknown, ", "))
+	case len(unhealthy) > 0:
+		return status.Errorf(codes.FailedPrecondition, "allocate: devices %s are Unhealthy; see the plugin's log for the Xid or loss and its recovery policy", strings.Join(unhealthy, ", "))
+	}
+	return nil
+}
+
+// PreStartContainer is not requested by this plugin.
+func (s *Server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
