@@ -7,6 +7,7 @@ package convert
 
 import (
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -52,6 +53,18 @@ func Adjustment(want *oci.Spec, ctr *api.Container) (*api.ContainerAdjustment, e
 // supported refuses edits NRI cannot carry, unless the container already has
 // them; silently dropping them would start a container CDI did not describe.
 func supported(want *oci.Spec, ctr *api.Container) error {
+	for _, m := range want.Mounts {
+		if !path.IsAbs(m.Destination) {
+			return fmt.Errorf("CDI mount %q -> %q: the container path must be absolute; fix the spec", m.Source, m.Destination)
+		}
+	}
+	if want.Linux != nil {
+		for _, d := range want.Linux.Devices {
+			if !path.IsAbs(d.Path) {
+				return fmt.Errorf("CDI device node %q: the path must be absolute; fix the spec", d.Path)
+			}
+		}
+	}
 	if want.Linux != nil && want.Linux.IntelRdt != nil {
 		return fmt.Errorf("CDI edit intelRdt cannot be applied through NRI; remove it from the spec or resolve the device with containerd's CDI")
 	}

@@ -1,0 +1,109 @@
+package collect
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+)
+
+func TestContainer(t *testing.T) {
+	c, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		cri     []string
+		ann     map[string]string
+		want    []string
+		wantErr string
+	}{
+		{name: "none", ann: map[string]string{"io.kubernetes.container.hash": "1"}},
+		{name: "all sources, deduplicated in order",
+			cri: []string{"nvidia.com/gpu=GPU-a"},
+			ann: map[string]string{
+				"cdi.k8s.io/dp_2":         "nvidia.com/gpu=GPU-b, nvidia.com/gpu=GPU-a",
+				"cdi.k8s.io/dp_1":         "example.com/nic=n0",
+				"nvinject.io/cdi-devices": "nvidia.com/gpu=GPU-c",
+			},
+			want: []string{"nvidia.com/gpu=GPU-a", "example.com/nic=n0", "nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-c"}},
+		{name: "empty entry in CDI annotation", ann: map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=GPU-a,,"}, wantErr: "empty CDI device name"},
+		{name: "unqualified name in CDI annotation", ann: map[string]string{"cdi.k8s.io/x": "GPU-a"}, wantErr: `"GPU-a"`},
+		{name: "unqualified CRI name", cri: []string{"gpu0"}, wantErr: `"gpu0"`},
+		{name: "bad nvinject annotation", ann: map[string]string{"nvinject.io/cdi-devices": ""}, wantErr: "nvinject.io/cdi-devices"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctr := &api.Container{Name: "main", Annotations: tc.ann}
+			for _, n := range tc.cri {
+				ctr.CDIDevices = append(ctr.CDIDevices, &api.CDIDevice{Name: n})
+			}
+			got, err := c.Container(ctr)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to mention %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPrefixNarrowsDevicePluginAnnotations(t *testing.T) {
+	c, err := New(WithAnnotationPrefix("cdi.k8s.io/nvinject_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Container(&api.Container{Annotations: map[string]string{
+		"cdi.k8s.io/nvinject_1": "nvidia.com/gpu=GPU-a", "cdi.k8s.io/other": "nvidia.com/gpu=GPU-b",
+	}})
+	if err != nil || !slices.Equal(got, []string{"nvidia.com/gpu=GPU-a"}) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	if _, err := New(WithAnnotationPrefix("example.com/")); err == nil {
+		t.Fatal("a prefix outside cdi.k8s.io/ was accepted")
+	}
+}
+
+func TestPod(t *testing.T) {
+	c, _ := New()
+	got := c.Pod(&api.PodSandbox{Annotations: map[string]string{
+		"cdi.k8s.io/x": "nvidia.com/gpu=GPU-a, junk", "nvinject.io/cdi-devices": "nvidia.com/gpu=GPU-b", "app": "nvidia.com/gpu=GPU-c",
+	}})
+	if !slices.Equal(got, []string{"nvidia.com/gpu=GPU-a", "junk", "nvidia.com/gpu=GPU-b"}) {
+		t.Fatalf("got %v", got)
+	}
+}
+
+// FuzzContainer: whatever the annotations hold, collection either fails or
+// returns distinct qualified names that each appear in the input.
+func FuzzContainer(f *testing.F) {
+	f.Add("cdi.k8s.io/dp", "nvidia.com/gpu=GPU-1,nvidia.com/gpu=GPU-2", "nvidia.com/gpu=GPU-3", "nvidia.com/gpu=GPU-1")
+	f.Add("cdi.k8s.io/", ",", "", "")
+	f.Add("x", "a/b=c", "a/b=c, a/b=c", "=")
+	c, _ := New()
+	f.Fuzz(func(t *testing.T, key, val, own, cri string) {
+		ctr := &api.Container{Annotations: map[string]string{key: val, "nvinject.io/cdi-devices": own}, CDIDevices: []*api.CDIDevice{{Name: cri}}}
+		got, err := c.Container(ctr)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, n := range got {
+			if seen[n] {
+				t.Fatalf("duplicate %q in %v", n, got)
+			}
+			seen[n] = true
+			if !strings.Contains(val+","+own+","+cri, n) {
+				t.Fatalf("%q came from nowhere", n)
+			}
+			if kind, _, ok := strings.Cut(n, "="); !ok || !strings.Contains(kind, "/") {
+				t.Fatalf("%q is not qualified", n)
+			}
+		}
+	})
+}
