@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 
-	"tags.cncf.io/container-device-interface/pkg/cdi"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvinject/nvinject/shared/annotations"
 )

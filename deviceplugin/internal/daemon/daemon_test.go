@@ -1,0 +1,355 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nvinject/nvinject/cdi/simroot"
+	"github.com/nvinject/nvinject/deviceplugin/internal/config"
+	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/shared/gpu/backend"
+	"github.com/nvinject/nvinject/shared/gpu/sim"
+)
+
+func simUUID(i int) string { return sim.UUID("a100-80gb", i) }
+
+// rig is a plugin daemon on a simulated node, driven by a test kubelet.
+type rig struct {
+	dir     string
+	kubelet *kubelettest.Kubelet
+	sim     *sim.Node
+	client  pluginapi.DevicePluginClient
+	stop    func()
+	done    chan error
+	cfg     config.Config
+	d       *Daemon
+}
+
+var driverRoots = map[string]string{}
+
+// driverRoot writes a simulated driver root once per simulated node shape.
+func driverRoot(t testing.TB, nvml string) string {
+	if d, ok := driverRoots[nvml]; ok {
+		return d
+	}
+	b, err := backend.Open(nvml, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	node, err := b.Discover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "nvdp-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := simroot.Write(dir, node, "/bin/true"); err != nil {
+		t.Fatal(err)
+	}
+	driverRoots[nvml] = dir
+	return dir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range driverRoots {
+		_ = os.RemoveAll(d)
+	}
+	os.Exit(code)
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func start(t testing.TB, nvml string, args ...string) *rig {
+	t.Helper()
+	r := &rig{dir: kubelettest.Dir(t)}
+	r.kubelet = kubelettest.Start(t, r.dir)
+	base := []string{"--nvml=" + nvml, "--kubelet-dir=" + r.dir, "--cdi-spec-dir=" + filepath.Join(r.dir, "cdi"),
+		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--health-quiet-period=0"}
+	cfg, err := config.Load(append(base, args...), func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cfg = cfg
+	open := func(v string, o backend.Options) (*backend.Backend, error) {
+		b, err := backend.Open(v, o)
+		if err == nil {
+			r.sim = b.Sim
+		}
+		return b, err
+	}
+	d := New(cfg, quietLog(), WithOpen(open), WithTimings(10*time.Millisecond, 20*time.Millisecond, 10*time.Millisecond))
+	r.d = d
+	ctx, cancel := context.WithCancel(context.Background())
+	r.done = make(chan error, 1)
+	go func() { r.done <- d.Run(ctx) }()
+	r.stop = func() { cancel(); <-r.done }
+	t.Cleanup(func() { cancel() })
+	req := r.kubelet.WaitRegister(t, 10*time.Second)
+	if req.Version != pluginapi.Version || req.ResourceName != "nvidia.com/gpu" || req.Endpoint != "nvinject-gpu.sock" || !req.GetOptions().GetGetPreferredAllocationAvailable() {
+		t.Fatalf("Register request = %v", req)
+	}
+	r.client = kubelettest.Dial(t, r.dir, req.Endpoint)
+	return r
+}
+
+// watch opens ListAndWatch as kubelet does and returns a function that
+// reads the next list.
+func (r *rig) watch(t testing.TB) func() []*pluginapi.Device {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if _, err := r.client.GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := r.client.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() []*pluginapi.Device {
+		t.Helper()
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("ListAndWatch: %v", err)
+		}
+		return resp.Devices
+	}
+}
+
+// untilHealth reads lists until the device with id has health h.
+func untilHealth(t testing.TB, next func() []*pluginapi.Device, id, h string) []*pluginapi.Device {
+	t.Helper()
+	for {
+		list := next()
+		for _, d := range list {
+			if d.ID == id && d.Health == h {
+				return list
+			}
+		}
+	}
+}
+
+func healthOf(list []*pluginapi.Device) map[string]string {
+	m := map[string]string{}
+	for _, d := range list {
+		m[d.ID] = d.Health
+	}
+	return m
+}
+
+func TestSeedEightGPUNodePublishesSelectedUUID(t *testing.T) {
+	r := start(t, "sim:a100-80gb*8", "--visible-devices="+simUUID(5))
+	next := r.watch(t)
+	list := untilHealth(t, next, simUUID(5), pluginapi.Healthy)
+	if len(list) != 1 || list[0].ID != simUUID(5) || list[0].Topology.GetNodes()[0].GetID() != 1 {
+		t.Fatalf("published %v; want only GPU 5 on NUMA node 1", list)
+	}
+	spec, err := os.ReadFile(filepath.Join(r.dir, "cdi", "nvidia.com-gpu.yaml"))
+	if err != nil {
+		t.Fatalf("CDI spec not written before Register: %v", err)
+	}
+	if !strings.Contains(string(spec), "name: "+simUUID(5)) || strings.Contains(string(spec), simUUID(4)) {
+		t.Fatalf("CDI spec does not hold exactly the selected GPU:\n%s", spec)
+	}
+}
+
+func TestXidUpdatesListAndWatchAndIgnoredXidDoesNot(t *testing.T) {
+	r := start(t, "sim:a100-80gb*2")
+	next := r.watch(t)
+	untilHealth(t, next, simUUID(1), pluginapi.Healthy)
+	for _, x := range []uint64{13, 43} {
+		if err := r.sim.InjectXid(simUUID(1), x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.sim.InjectXid(simUUID(1), 79); err != nil {
+		t.Fatal(err)
+	}
+	// The first list after the ignored Xids must already be the Xid 79 one:
+	// ignored Xids send nothing.
+	list := next()
+	if h := healthOf(list); h[simUUID(1)] != pluginapi.Unhealthy || h[simUUID(0)] != pluginapi.Healthy {
+		t.Fatalf("after Xid 79: %v", h)
+	}
+	resp, err := r.client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{simUUID(1)}}}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), simUUID(1)) {
+		t.Fatalf("Allocate of the Unhealthy GPU = %v, %v; want a refusal naming it", resp, err)
+	}
+	if err := r.sim.InjectXid(simUUID(0), 31); err != nil {
+		t.Fatal(err)
+	}
+	// Operator recovery (the sim endpoint's and SIGHUP's path).
+	if err := (trackerRecoverer{d: r.d}).Recover(simUUID(1)); err != nil {
+		t.Fatal(err)
+	}
+	if h := healthOf(next()); h[simUUID(1)] != pluginapi.Healthy || h[simUUID(0)] != pluginapi.Healthy {
+		t.Fatalf("after recovery: %v", h)
+	}
+}
+
+func TestQuietPeriodRecoveryOverTheStream(t *testing.T) {
+	r := start(t, "sim:a100-80gb", "--health-quiet-period=50ms")
+	next := r.watch(t)
+	untilHealth(t, next, simUUID(0), pluginapi.Healthy)
+	if err := r.sim.InjectXid(simUUID(0), 48); err != nil {
+		t.Fatal(err)
+	}
+	untilHealth(t, next, simUUID(0), pluginapi.Unhealthy)
+	untilHealth(t, next, simUUID(0), pluginapi.Healthy)
+}
+
+func TestKubeletRestartReRegistersKeepingHealth(t *testing.T) {
+	r := start(t, "sim:a100-80gb*2")
+	next := r.watch(t)
+	untilHealth(t, next, simUUID(0), pluginapi.Healthy)
+	if err := r.sim.InjectXid(simUUID(0), 79); err != nil {
+		t.Fatal(err)
+	}
+	untilHealth(t, next, simUUID(0), pluginapi.Unhealthy)
+
+	for _, removeOwn := range []bool{false, true} {
+		if removeOwn {
+			// kubelet clears the device-plugins directory when it starts.
+			if err := os.Remove(filepath.Join(r.dir, "nvinject-gpu.sock")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		began := time.Now()
+		r.kubelet = r.kubelet.Restart(t)
+		req := r.kubelet.WaitRegister(t, time.Second)
+		t.Logf("re-registered (own socket removed: %v) in %s", removeOwn, time.Since(began))
+		r.client = kubelettest.Dial(t, r.dir, req.Endpoint)
+		h := healthOf(r.watch(t)())
+		if h[simUUID(0)] != pluginapi.Unhealthy || h[simUUID(1)] != pluginapi.Healthy {
+			t.Fatalf("health after kubelet restart = %v; want it kept", h)
+		}
+	}
+	if err := r.sim.InjectXid(simUUID(1), 79); err != nil {
+		t.Fatalf("health watch did not survive re-registration: %v", err)
+	}
+}
+
+func TestAllocateStrategies(t *testing.T) {
+	all := []string{simUUID(0), simUUID(1), simUUID(2)}
+	names := func(ids ...string) []string {
+		out := make([]string, len(ids))
+		for i, id := range ids {
+			out[i] = "nvidia.com/gpu=" + id
+		}
+		return out
+	}
+	tests := []struct {
+		strategy string
+		idStrat  string
+		ids      []string
+		uuids    []string
+		wantAnn  map[string]string
+		wantCRI  bool
+	}{
+		{strategy: "cdi-annotations", ids: all[:1], uuids: all[:1],
+			wantAnn: map[string]string{"cdi.k8s.io/nvinject.gpu_" + all[0]: strings.Join(names(all[0]), ",")}},
+		{strategy: "cdi-annotations", ids: all, uuids: all,
+			wantAnn: map[string]string{"cdi.k8s.io/nvinject.gpu_" + all[0]: strings.Join(names(all...), ",")}},
+		{strategy: "cdi-cri", ids: all[:1], uuids: all[:1], wantCRI: true},
+		{strategy: "cdi-cri", ids: all[1:], uuids: all[1:], wantCRI: true},
+		{strategy: "nri", ids: all[:1], uuids: all[:1], wantAnn: map[string]string{"nvinject.io/cdi-devices": strings.Join(names(all[0]), ",")}},
+		{strategy: "nri", ids: all, uuids: all, wantAnn: map[string]string{"nvinject.io/cdi-devices": strings.Join(names(all...), ",")}},
+		{strategy: "cdi-annotations,cdi-cri", idStrat: "index", ids: []string{"2", "0"}, uuids: []string{all[2], all[0]}, wantCRI: true,
+			wantAnn: map[string]string{"cdi.k8s.io/nvinject.gpu_2": strings.Join(names(all[2], all[0]), ",")}},
+	}
+	rigs := map[string]*rig{}
+	parent := t
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/%s/%d-gpus", tt.strategy, tt.idStrat, len(tt.ids)), func(t *testing.T) {
+			key := tt.strategy + tt.idStrat
+			r, ok := rigs[key]
+			if !ok {
+				args := []string{"--device-list-strategy=" + tt.strategy}
+				if tt.idStrat != "" {
+					args = append(args, "--device-id-strategy="+tt.idStrat)
+				}
+				r = start(parent, "sim:a100-80gb*3", args...)
+				untilHealth(parent, r.watch(parent), tt.ids[0], pluginapi.Healthy)
+				rigs[key] = r
+			}
+			resp, err := r.client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: tt.ids}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := resp.ContainerResponses[0]
+			if !maps.Equal(c.Annotations, tt.wantAnn) {
+				t.Errorf("annotations = %v; want %v", c.Annotations, tt.wantAnn)
+			}
+			var cri []string
+			for _, d := range c.CdiDevices {
+				cri = append(cri, d.Name)
+			}
+			want := []string(nil)
+			if tt.wantCRI {
+				want = names(tt.uuids...)
+			}
+			if !slices.Equal(cri, want) {
+				t.Errorf("CdiDevices = %v; want %v", cri, want)
+			}
+			if len(c.Envs)+len(c.Mounts)+len(c.Devices) != 0 {
+				t.Errorf("response has env/mounts/devices: %v", c)
+			}
+		})
+	}
+}
+
+func TestAllocateRefusesUnknownIDs(t *testing.T) {
+	r := start(t, "sim:a100-80gb*8", "--visible-devices="+simUUID(2))
+	untilHealth(t, r.watch(t), simUUID(2), pluginapi.Healthy)
+	_, err := r.client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{simUUID(2), simUUID(3), "GPU-bogus"}}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), simUUID(3)) || !strings.Contains(err.Error(), "GPU-bogus") {
+		t.Fatalf("Allocate = %v; want InvalidArgument naming the unpublished and bogus IDs", err)
+	}
+}
+
+func TestGetPreferredAllocationNeverFails(t *testing.T) {
+	r := start(t, "sim:a100-80gb*8", "--device-id-strategy=index")
+	resp, err := r.client.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+		{AvailableDeviceIDs: []string{"0", "2", "5", "4", "bad"}, AllocationSize: 2},
+		{AvailableDeviceIDs: []string{"1", "bad", "7", "3"}, MustIncludeDeviceIDs: []string{"bad"}, AllocationSize: 2},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := [][]string{}
+	for _, c := range resp.ContainerResponses {
+		ids := slices.Clone(c.DeviceIDs)
+		sort.Strings(ids)
+		got = append(got, ids)
+	}
+	// 4 and 5 share a PCIe switch on NUMA 1; 1 and 3 share NUMA 0.
+	if !slices.Equal(got[0], []string{"4", "5"}) || !slices.Equal(got[1], []string{"1", "3"}) {
+		t.Fatalf("preferred = %v", got)
+	}
+}
+
+func TestShutdownRemovesSocket(t *testing.T) {
+	r := start(t, "sim:a100-80gb")
+	next := r.watch(t)
+	untilHealth(t, next, simUUID(0), pluginapi.Healthy)
+	r.stop()
+	if _, err := os.Stat(filepath.Join(r.dir, "nvinject-gpu.sock")); !os.IsNotExist(err) {
+		t.Fatalf("plugin socket still there after shutdown: %v", err)
+	}
+}
