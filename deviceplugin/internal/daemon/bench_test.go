@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+func percentiles(b *testing.B, d []time.Duration) {
+	slices.Sort(d)
+	at := func(p float64) float64 { return float64(d[int(p*float64(len(d)-1))].Nanoseconds()) / 1e3 }
+	b.ReportMetric(at(0.50), "p50-µs")
+	b.ReportMetric(at(0.99), "p99-µs")
+}
+
+// BenchmarkAllocateOverSocket is kubelet's Allocate of one GPU over the
+// plugin's unix socket (annotations + CRI strategies).
+func BenchmarkAllocateOverSocket(b *testing.B) {
+	r := start(b, "sim:a100-80gb*8")
+	untilHealth(b, r.watch(b), simUUID(3), pluginapi.Healthy)
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{simUUID(3)}}}}
+	var lat []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := r.client.Allocate(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	percentiles(b, lat)
+}
+
+// BenchmarkXidToListAndWatch is the time from a simulated Xid entering
+// NVML's event set to kubelet receiving the Unhealthy list.
+func BenchmarkXidToListAndWatch(b *testing.B) {
+	r := start(b, "sim:a100-80gb*8")
+	next := r.watch(b)
+	untilHealth(b, next, simUUID(0), pluginapi.Healthy)
+	rec := trackerRecoverer{d: r.d}
+	var lat []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := r.sim.InjectXid(simUUID(0), 79); err != nil {
+			b.Fatal(err)
+		}
+		untilHealth(b, next, simUUID(0), pluginapi.Unhealthy)
+		lat = append(lat, time.Since(t0))
+		if err := rec.Recover(simUUID(0)); err != nil {
+			b.Fatal(err)
+		}
+		untilHealth(b, next, simUUID(0), pluginapi.Healthy)
+	}
+	percentiles(b, lat)
+}
