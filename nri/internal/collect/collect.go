@@ -16,27 +16,38 @@ import (
 // CDIAnnotationPrefix is the key prefix containerd resolves CDI names from.
 const CDIAnnotationPrefix = "cdi.k8s.io/"
 
+// DefaultAnnotationPrefix is the name nvinject's device plugin puts in its
+// cdi.k8s.io/<prefix>_<device-id> annotation keys.
+const DefaultAnnotationPrefix = "nvinject.gpu"
+
 // Collector reads CDI names from containers and pods.
 type Collector struct {
-	prefix string
+	key string
 }
 
 // Option configures a Collector.
 type Option func(*Collector)
 
-// WithAnnotationPrefix sets the key prefix of the device plugin's CDI
-// annotations (default "cdi.k8s.io/"). It must stay under cdi.k8s.io/,
-// because those are the only ones containerd injects on its own.
-func WithAnnotationPrefix(p string) Option { return func(c *Collector) { c.prefix = p } }
+// WithAnnotationPrefix sets the device plugin's name in its
+// cdi.k8s.io/<prefix>_<device-id> annotation keys (default "nvinject.gpu");
+// "" takes every cdi.k8s.io/ annotation.
+func WithAnnotationPrefix(p string) Option {
+	return func(c *Collector) {
+		c.key = CDIAnnotationPrefix
+		if p != "" {
+			c.key += p + "_"
+		}
+	}
+}
 
 // New returns a Collector.
 func New(opts ...Option) (*Collector, error) {
-	c := &Collector{prefix: CDIAnnotationPrefix}
+	c := &Collector{key: CDIAnnotationPrefix + DefaultAnnotationPrefix + "_"}
 	for _, o := range opts {
 		o(c)
 	}
-	if !strings.HasPrefix(c.prefix, CDIAnnotationPrefix) {
-		return nil, fmt.Errorf("--annotation-prefix=%q must start with %q, the prefix containerd resolves CDI annotations from", c.prefix, CDIAnnotationPrefix)
+	if strings.Count(c.key, "/") != 1 {
+		return nil, fmt.Errorf("--annotation-prefix must not contain '/': it is the device plugin's name in %s<prefix>_<device-id> keys", CDIAnnotationPrefix)
 	}
 	return c, nil
 }
@@ -93,7 +104,7 @@ func (c *Collector) annotations(ann map[string]string) ([]string, error) {
 				return nil, err
 			}
 			names = append(names, got...)
-		case strings.HasPrefix(k, c.prefix):
+		case strings.HasPrefix(k, c.key):
 			for _, n := range strings.Split(v, ",") {
 				n = strings.TrimSpace(n)
 				if n == "" {
@@ -104,6 +115,22 @@ func (c *Collector) annotations(ann map[string]string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// AnyCDI returns the names in every cdi.k8s.io/ container annotation,
+// whatever its key: containerd injects all of them on its own, so they
+// count when deciding whether a pod outside the served runtime handlers
+// asks for GPUs. Entries are split leniently; they are only compared.
+func (c *Collector) AnyCDI(ctr *api.Container) []string {
+	var names []string
+	for _, k := range sortedKeys(ctr.GetAnnotations()) {
+		if strings.HasPrefix(k, CDIAnnotationPrefix) {
+			for _, n := range strings.Split(ctr.GetAnnotations()[k], ",") {
+				names = append(names, strings.TrimSpace(n))
+			}
+		}
+	}
+	return names
 }
 
 // Kind reports whether name is a qualified CDI name of vendor/class.

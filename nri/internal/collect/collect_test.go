@@ -24,13 +24,13 @@ func TestContainer(t *testing.T) {
 		{name: "all sources, deduplicated in order",
 			cri: []string{"nvidia.com/gpu=GPU-a"},
 			ann: map[string]string{
-				"cdi.k8s.io/dp_2":         "nvidia.com/gpu=GPU-b, nvidia.com/gpu=GPU-a",
-				"cdi.k8s.io/dp_1":         "example.com/nic=n0",
+				"cdi.k8s.io/nvinject.gpu_2":         "nvidia.com/gpu=GPU-b, nvidia.com/gpu=GPU-a",
+				"cdi.k8s.io/nvinject.gpu_1":         "example.com/nic=n0",
 				"nvinject.io/cdi-devices": "nvidia.com/gpu=GPU-c",
 			},
 			want: []string{"nvidia.com/gpu=GPU-a", "example.com/nic=n0", "nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-c"}},
-		{name: "empty entry in CDI annotation", ann: map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=GPU-a,,"}, wantErr: "empty CDI device name"},
-		{name: "unqualified name in CDI annotation", ann: map[string]string{"cdi.k8s.io/x": "GPU-a"}, wantErr: `"GPU-a"`},
+		{name: "empty entry in CDI annotation", ann: map[string]string{"cdi.k8s.io/nvinject.gpu_x": "nvidia.com/gpu=GPU-a,,"}, wantErr: "empty CDI device name"},
+		{name: "unqualified name in CDI annotation", ann: map[string]string{"cdi.k8s.io/nvinject.gpu_x": "GPU-a"}, wantErr: `"GPU-a"`},
 		{name: "unqualified CRI name", cri: []string{"gpu0"}, wantErr: `"gpu0"`},
 		{name: "bad nvinject annotation", ann: map[string]string{"nvinject.io/cdi-devices": ""}, wantErr: "nvinject.io/cdi-devices"},
 	} {
@@ -53,19 +53,30 @@ func TestContainer(t *testing.T) {
 	}
 }
 
-func TestPrefixNarrowsDevicePluginAnnotations(t *testing.T) {
-	c, err := New(WithAnnotationPrefix("cdi.k8s.io/nvinject_"))
-	if err != nil {
-		t.Fatal(err)
+func TestAnnotationPrefix(t *testing.T) {
+	ann := map[string]string{"cdi.k8s.io/nvinject.gpu_1": "nvidia.com/gpu=GPU-a", "cdi.k8s.io/other_1": "nvidia.com/gpu=GPU-b"}
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"nvinject.gpu", []string{"nvidia.com/gpu=GPU-a"}},
+		{"other", []string{"nvidia.com/gpu=GPU-b"}},
+		{"", []string{"nvidia.com/gpu=GPU-a", "nvidia.com/gpu=GPU-b"}},
+	} {
+		c, err := New(WithAnnotationPrefix(tc.prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Container(&api.Container{Annotations: ann})
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("prefix %q: got %v, %v; want %v", tc.prefix, got, err, tc.want)
+		}
+		if all := c.AnyCDI(&api.Container{Annotations: ann}); len(all) != 2 {
+			t.Errorf("prefix %q: AnyCDI = %v, want both", tc.prefix, all)
+		}
 	}
-	got, err := c.Container(&api.Container{Annotations: map[string]string{
-		"cdi.k8s.io/nvinject_1": "nvidia.com/gpu=GPU-a", "cdi.k8s.io/other": "nvidia.com/gpu=GPU-b",
-	}})
-	if err != nil || !slices.Equal(got, []string{"nvidia.com/gpu=GPU-a"}) {
-		t.Fatalf("got %v, %v", got, err)
-	}
-	if _, err := New(WithAnnotationPrefix("example.com/")); err == nil {
-		t.Fatal("a prefix outside cdi.k8s.io/ was accepted")
+	if _, err := New(WithAnnotationPrefix("a/b")); err == nil {
+		t.Fatal("a prefix with '/' was accepted")
 	}
 }
 
@@ -82,7 +93,7 @@ func TestPod(t *testing.T) {
 // FuzzContainer: whatever the annotations hold, collection either fails or
 // returns distinct qualified names that each appear in the input.
 func FuzzContainer(f *testing.F) {
-	f.Add("cdi.k8s.io/dp", "nvidia.com/gpu=GPU-1,nvidia.com/gpu=GPU-2", "nvidia.com/gpu=GPU-3", "nvidia.com/gpu=GPU-1")
+	f.Add("cdi.k8s.io/nvinject.gpu_0", "nvidia.com/gpu=GPU-1,nvidia.com/gpu=GPU-2", "nvidia.com/gpu=GPU-3", "nvidia.com/gpu=GPU-1")
 	f.Add("cdi.k8s.io/", ",", "", "")
 	f.Add("x", "a/b=c", "a/b=c, a/b=c", "=")
 	c, _ := New()

@@ -67,7 +67,7 @@ func Parse(args []string, stderr io.Writer) (Config, error) {
 	fs.Var(handlers, "runtime-handler", "runtime handler (RuntimeClass handler) whose pods get GPUs (repeatable; default nvidia)")
 	fs.StringVar(&c.CDIVendor, "cdi-vendor", "nvidia.com", "CDI vendor of nvinject's GPU devices")
 	fs.StringVar(&c.CDIClass, "cdi-class", "gpu", "CDI class of nvinject's GPU devices")
-	fs.StringVar(&c.AnnotationPrefix, "annotation-prefix", "cdi.k8s.io/", "key prefix of the device plugin's CDI container annotations")
+	fs.StringVar(&c.AnnotationPrefix, "annotation-prefix", "nvinject.gpu", `the device plugin's name in its cdi.k8s.io/<prefix>_<device-id> annotations ("" takes every cdi.k8s.io/ annotation)`)
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", "", "kubelet PodResources socket; when set, each container's UUIDs must match kubelet's assignment")
 	fs.StringVar(&c.ResourceName, "resource-name", "nvidia.com/gpu", "extended resource compared with kubelet's PodResources")
 	fs.StringVar(&c.NVML, "nvml", "", `GPU inventory read once at start for the UUID-to-minor check: "real", "sim:a100-80gb[*N]", or empty to trust the CDI specs`)

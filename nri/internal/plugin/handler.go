@@ -154,8 +154,9 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		return outcome{}, refuse(ReasonBadRequest, err)
 	}
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
-	ours := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !collect.Kind(n, h.vendor, h.class) })
 	if !h.handlers[pod.GetRuntimeHandler()] {
+		ours := slices.DeleteFunc(slices.Concat(names, h.collector.AnyCDI(ctr)), func(n string) bool { return !collect.Kind(n, h.vendor, h.class) })
+		ours = slices.Compact(slices.Sorted(slices.Values(ours)))
 		if len(ours) > 0 {
 			return outcome{}, refuse(ReasonRuntimeClass, fmt.Errorf("%s requests %s but runs with runtime handler %q; set runtimeClassName: %s in the pod spec",
 				who, strings.Join(ours, ", "), pod.GetRuntimeHandler(), h.servedHint()))
@@ -187,7 +188,9 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
 	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
-	if h.kubelet != nil {
+	// Only GPU containers ask kubelet: a container without GPUs has nothing
+	// to compare, and the check above already refuses any GPU node in it.
+	if h.kubelet != nil && len(gpus) > 0 {
 		if in.Kubelet, err = h.kubelet.DeviceIDs(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), h.resource); err != nil {
 			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}

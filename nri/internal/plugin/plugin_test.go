@@ -173,7 +173,7 @@ func TestInjectsAllocatedGPUs(t *testing.T) {
 			}},
 		{name: "2 GPUs via cdi.k8s.io annotation, containerd CDI not configured", gpus: []int{1, 3},
 			ann: func() map[string]string {
-				return map[string]string{"cdi.k8s.io/nvinject-device-plugin_x": n.Name(1) + "," + n.Name(3)}
+				return map[string]string{"cdi.k8s.io/nvinject.gpu_x": n.Name(1) + "," + n.Name(3)}
 			}},
 		{name: "1 GPU via CRI CDIDevices already applied by containerd", gpus: []int{7}, cri: []string{n.Name(7)}, containerdCDI: true,
 			ann: func() map[string]string { return nil }},
@@ -232,7 +232,7 @@ func TestAlreadyInjectedByContainerdIsNotDuplicated(t *testing.T) {
 	name := e.node.Name(4)
 	// containerd applied the cdi.k8s.io annotation; the nvinject annotation
 	// names the same device again.
-	ann := map[string]string{"cdi.k8s.io/dp_1": name, annotations.DevicesKey: name}
+	ann := map[string]string{"cdi.k8s.io/nvinject.gpu_1": name, annotations.DevicesKey: name}
 	s, adj, err := e.create(t, nritest.Pod("p", "nvidia", nil), ann, []string{name})
 	if err != nil {
 		t.Fatal(err)
@@ -446,8 +446,8 @@ func TestSynchronizeReportsRunningGPUContainers(t *testing.T) {
 	// Its annotation claims one GPU while it holds two.
 	pods := []*api.PodSandbox{nritest.Pod("g", "nvidia", nil), nritest.Pod("b", "nvidia", nil), nritest.Pod("r", "", nil)}
 	ctrs := []*api.Container{
-		nritest.Container("c1", "g", "main", good, map[string]string{"cdi.k8s.io/x": node.Name(0)}),
-		nritest.Container("c2", "b", "main", bad, map[string]string{"cdi.k8s.io/x": node.Name(1)}),
+		nritest.Container("c1", "g", "main", good, map[string]string{"cdi.k8s.io/nvinject.gpu_0": node.Name(0)}),
+		nritest.Container("c2", "b", "main", bad, map[string]string{"cdi.k8s.io/nvinject.gpu_1": node.Name(1)}),
 		nritest.Container("c3", "r", "main", nritest.BaseSpec(), nil),
 	}
 	// Simulated UUIDs are deterministic, so the plugin's own node (a second

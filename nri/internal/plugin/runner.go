@@ -109,7 +109,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// nriLogger routes the NRI library's own messages to slog.
+// nriLogger routes the NRI library's own messages to slog. Its Info
+// messages narrate every connection step, so they go out at debug level.
 type nriLogger struct{ l *slog.Logger }
 
 func (n nriLogger) Debugf(ctx context.Context, f string, a ...any) {
