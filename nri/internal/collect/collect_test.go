@@ -24,9 +24,9 @@ func TestContainer(t *testing.T) {
 		{name: "all sources, deduplicated in order",
 			cri: []string{"nvidia.com/gpu=GPU-a"},
 			ann: map[string]string{
-				"cdi.k8s.io/nvinject.gpu_2":         "nvidia.com/gpu=GPU-b, nvidia.com/gpu=GPU-a",
-				"cdi.k8s.io/nvinject.gpu_1":         "example.com/nic=n0",
-				"nvinject.io/cdi-devices": "nvidia.com/gpu=GPU-c",
+				"cdi.k8s.io/nvinject.gpu_2": "nvidia.com/gpu=GPU-b, nvidia.com/gpu=GPU-a",
+				"cdi.k8s.io/nvinject.gpu_1": "example.com/nic=n0",
+				"nvinject.io/cdi-devices":   "nvidia.com/gpu=GPU-c",
 			},
 			want: []string{"nvidia.com/gpu=GPU-a", "example.com/nic=n0", "nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-c"}},
 		{name: "empty entry in CDI annotation", ann: map[string]string{"cdi.k8s.io/nvinject.gpu_x": "nvidia.com/gpu=GPU-a,,"}, wantErr: "empty CDI device name"},
