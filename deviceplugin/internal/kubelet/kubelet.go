@@ -163,7 +163,6 @@ func (r *Registrar) Run(ctx context.Context) error {
 				break
 			}
 			err := r.register(ctx)
-			r.onRegister(err)
 			if err == nil {
 				registeredTo, haveReg = kid, true
 				r.registered.Store(true)
@@ -175,6 +174,7 @@ func (r *Registrar) Run(ctx context.Context) error {
 				r.log.Warn("register with kubelet failed; retrying", "err", err, "retry_in", backoff)
 				backoff = min(2*backoff, r.backoffMax)
 			}
+			r.onRegister(err)
 		}
 
 		select {
