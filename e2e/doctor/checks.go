@@ -87,6 +87,7 @@ const (
 	fixAllocate   = "kubelet's Device Manager got no devices from the plugin: " + pluginLogs + ", check the device is still healthy, restart the plugin pod so it re-registers, then delete the failed pod so its controller recreates it"
 	fixCDISpec    = "fix or remove the bad spec file; restart nvinject-device-plugin to rewrite its spec in /var/run/cdi"
 	fixCDIName    = "the CDI spec for that GPU is missing or stale: restart nvinject-device-plugin (it writes the spec to /var/run/cdi) and make sure containerd's cdi_spec_dirs list that dir"
+	fixCDIDirs    = "add the dir to cdi_spec_dirs in containerd's config (nvinject's drop-in lists /etc/cdi and /var/run/cdi) and restart containerd"
 	fixRC         = "kubectl apply -k deploy (deploy/manifests/runtimeclass.yaml defines RuntimeClass nvidia with handler nvidia)"
 	fixHandler    = "install nvinject's containerd drop-in: nvinject-node install-containerd-config, then restart containerd (on nvkind: docker exec <worker> systemctl restart containerd)"
 	fixNRI        = "nvinject-nri is not connected: kubectl -n nvidia-device-plugin logs ds/nvinject-nri; check containerd's NRI is enabled and its socket (/var/run/nri/nri.sock) is mounted into the pod"
@@ -343,8 +344,8 @@ func containerdFacts(e Evidence, f *finding) {
 	}
 	if len(c.CDISpecDirs) > 0 && e.CDI.Unread == "" {
 		for _, d := range e.CDI.Dirs {
-			if !slices.Contains(c.CDISpecDirs, d) {
-				f.problem(fixHandler, "containerd does not read CDI specs from %s (cdi_spec_dirs %v)", d, c.CDISpecDirs)
+			if !slices.Contains(c.CDISpecDirs, d) && !slices.Contains(e.CDI.MissingDirs, d) {
+				f.problem(fixCDIDirs, "containerd does not read CDI specs from %s (cdi_spec_dirs %v)", d, c.CDISpecDirs)
 			}
 		}
 	}

@@ -1,0 +1,195 @@
+package doctor
+
+import (
+	"strings"
+	"testing"
+)
+
+const uuid = "GPU-4f1c7a52-9b7e-4c1d-8a3e-000000000001"
+
+func f64(v float64) *float64 { return &v }
+
+// healthy is the seed's working chain: one A100 selected, registered,
+// healthy, held by the vLLM pod that runs.
+func healthy() Evidence {
+	return Evidence{
+		Node: "k8s-ai-infra-worker", Resource: "nvidia.com/gpu", RuntimeClass: "nvidia",
+		SMI:        SMIEvidence{Path: "nvidia-smi", GPUs: []GPU{{Index: "0", UUID: uuid, Name: "NVIDIA A100-SXM4-80GB", MIGMode: "Disabled"}}},
+		KubeletDir: KubeletDirEvidence{Dir: "/var/lib/kubelet/device-plugins", KubeletSocket: true, PluginSockets: []string{"nvinject-gpu.sock"}},
+		Plugin: PluginEvidence{URL: "http://127.0.0.1:9481/metrics", Registrations: f64(1), Streams: f64(1),
+			Devices: []DeviceHealth{{UUID: uuid, Healthy: true}}, AllocateErrors: f64(0)},
+		NodeStatus: NodeEvidence{Published: true, Capacity: 1, Allocatable: 1},
+		Selected:   SelectedEvidence{Source: "ConfigMap", UUIDs: []string{uuid}},
+		Ledger:     LedgerEvidence{Holders: []GPUHolder{{PodRef: pod("default", "vllm-demo-1"), Phase: "Running", GPUs: 1}}},
+		CDI: CDIEvidence{Dirs: []string{"/var/run/cdi"}, Files: []string{"/var/run/cdi/nvidia.com-gpu.yaml"},
+			Devices: []string{"nvidia.com/gpu=" + uuid, "nvidia.com/gpu=all"}, Wanted: []string{"nvidia.com/gpu=" + uuid}},
+		RuntimeCls: RuntimeClassEvidence{Exists: true, Handler: "nvidia"},
+		Containerd: ContainerdEvidence{Path: "/etc/containerd/config.toml", Handlers: []string{"nvidia", "runc"}, CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
+		NRI:        NRIEvidence{URL: "http://127.0.0.1:9482/metrics", Connected: f64(1)},
+		App: AppEvidence{Selector: "app=vllm-demo", Pods: []AppPod{{PodRef: pod("default", "vllm-demo-1"), Phase: "Running",
+			Containers: []ContainerState{{Name: "vllm", State: "running", Ready: true}}}}},
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	const unread = "no kubeconfig"
+	tests := []struct {
+		name   string
+		layer  Layer
+		mutate func(*Evidence)
+		want   Status
+		// evidence and fix must contain these.
+		evidence, fix string
+	}{
+		{"driver ok", LayerDriver, nil, OK, uuid, ""},
+		{"driver fails", LayerDriver, func(e *Evidence) {
+			e.SMI = SMIEvidence{Path: "nvidia-smi", Failed: "exit status 9", Output: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."}
+		}, Broken, "couldn't communicate", "host driver"},
+		{"driver lists no GPU", LayerDriver, func(e *Evidence) { e.SMI.GPUs = nil; e.SMI.Output = "No devices were found" }, Broken, "No devices", "nvkind"},
+		{"selected GPU not on worker", LayerDriver, func(e *Evidence) { e.Selected.UUIDs = []string{"GPU-other"} }, Broken, "GPU-other", "selected-gpu-uuid"},
+		{"nvidia-smi not runnable", LayerDriver, func(e *Evidence) { e.SMI = SMIEvidence{Path: "nvidia-smi", Unread: "not found"} }, Unknown, "not found", "--nvidia-smi"},
+
+		{"registration ok", LayerRegistration, nil, OK, "capacity nvidia.com/gpu=1", ""},
+		{"plugin not registered", LayerRegistration, func(e *Evidence) {
+			e.NodeStatus = NodeEvidence{}
+			e.KubeletDir.PluginSockets = nil
+			e.Plugin = PluginEvidence{URL: e.Plugin.URL, Unread: "connection refused"}
+		}, Broken, "no device plugin socket", "single-gpu-device-plugin"},
+		{"no ListAndWatch", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{}; e.Plugin.Streams = f64(0) }, Broken, "ListAndWatch", "re"},
+		{"kubelet down", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{}; e.KubeletDir.KubeletSocket = false }, Broken, "kubelet.sock", "start kubelet"},
+		{"plugin side broken without API", LayerRegistration, func(e *Evidence) {
+			e.NodeStatus = NodeEvidence{Unread: unread}
+			e.Plugin.Registrations = f64(0)
+		}, Broken, "never registered", "logs"},
+		{"plugin side fine without API", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{Unread: unread} }, Unknown, unread, "--kubeconfig"},
+
+		{"health ok", LayerHealth, nil, OK, "allocatable=1", ""},
+		{"device unhealthy", LayerHealth, func(e *Evidence) {
+			e.NodeStatus.Allocatable = 0
+			e.Plugin.Devices[0] = DeviceHealth{UUID: uuid, Healthy: false, Xid: "79"}
+		}, Broken, "last Xid 79", "/debug/sim/recover"},
+		{"allocatable 0 seen by kubelet only", LayerHealth, func(e *Evidence) { e.NodeStatus.Allocatable = 0 }, Broken, "allocatable=0", "health-quiet-period"},
+		{"unhealthy from metrics without API", LayerHealth, func(e *Evidence) {
+			e.NodeStatus = NodeEvidence{Unread: unread}
+			e.Plugin.Devices[0].Healthy = false
+		}, Broken, uuid, "SIGHUP"},
+		{"healthy from metrics without API", LayerHealth, func(e *Evidence) { e.NodeStatus = NodeEvidence{Unread: unread} }, OK, "healthy=true", ""},
+		{"nothing readable", LayerHealth, func(e *Evidence) {
+			e.NodeStatus = NodeEvidence{Unread: unread}
+			e.Plugin = PluginEvidence{Unread: "refused"}
+		}, Unknown, unread, "--device-plugin-metrics"},
+		{"no capacity", LayerHealth, func(e *Evidence) { e.NodeStatus = NodeEvidence{} }, Unknown, "registration layer", ""},
+
+		{"scheduling ok", LayerScheduling, nil, OK, "vllm-demo-1", ""},
+		{"GPU taken", LayerScheduling, func(e *Evidence) {
+			e.Ledger.Pending = []PodMessage{{PodRef: pod("default", "second"), Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}}
+		}, Broken, "Insufficient nvidia.com/gpu", "free one (delete or scale down default/vllm-demo-1"},
+		{"insufficient with zero allocatable", LayerScheduling, func(e *Evidence) {
+			e.NodeStatus.Allocatable = 0
+			e.Ledger = LedgerEvidence{Pending: []PodMessage{{PodRef: pod("default", "p"), Message: "1 Insufficient nvidia.com/gpu"}}}
+		}, Broken, "Insufficient", "registration or health"},
+		{"pending for another reason", LayerScheduling, func(e *Evidence) {
+			e.Ledger.Pending = []PodMessage{{PodRef: pod("default", "p"), Message: "0/1 nodes are available: 1 node(s) had untolerated taint"}}
+		}, OK, "1 nvidia.com/gpu requested", ""},
+		{"scheduling without API", LayerScheduling, func(e *Evidence) { e.Ledger = LedgerEvidence{Unread: unread} }, Unknown, unread, "--kubeconfig"},
+
+		{"allocate ok", LayerAllocate, nil, OK, "no pod", ""},
+		{"allocate failed", LayerAllocate, func(e *Evidence) {
+			e.Allocate.Failures = []PodMessage{{PodRef: pod("default", "p"), Reason: "UnexpectedAdmissionError", Message: "Pod was rejected: Allocate failed due to device plugin Allocate rpc failed, which is unexpected"}}
+		}, Broken, "Allocate failed", "re-registers"},
+		{"allocate without API", LayerAllocate, func(e *Evidence) { e.Allocate = AllocateEvidence{Unread: unread} }, Unknown, unread, ""},
+
+		{"cdi-runtime ok", LayerCDIRuntime, nil, OK, "handler nvidia", ""},
+		{"unresolvable CDI name", LayerCDIRuntime, func(e *Evidence) {
+			e.CDI.Unresolved = []string{"nvidia.com/gpu=GPU-gone"}
+			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: "failed to inject CDI devices: unresolvable CDI devices nvidia.com/gpu=GPU-gone"}}
+		}, Broken, "GPU-gone resolves to no device", "restart nvinject-device-plugin"},
+		{"bad spec file", LayerCDIRuntime, func(e *Evidence) {
+			e.CDI.Errors = []SpecError{{Path: "/var/run/cdi/x.yaml", Error: "invalid"}}
+		}, Broken, "x.yaml", "remove the bad spec"},
+		{"RuntimeClass missing", LayerCDIRuntime, func(e *Evidence) { e.RuntimeCls = RuntimeClassEvidence{} }, Broken, "does not exist", "runtimeclass.yaml"},
+		{"RuntimeClass wrong handler", LayerCDIRuntime, func(e *Evidence) { e.RuntimeCls.Handler = "runc" }, Broken, `handler "runc"`, "runtimeclass"},
+		{"containerd lacks handler", LayerCDIRuntime, func(e *Evidence) {
+			e.Containerd.Handlers = []string{"runc"}
+			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "FailedCreatePodSandBox", Message: `rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" is configured`}}
+		}, Broken, "no runtime handler", "install-containerd-config"},
+		{"containerd misses the CDI dir", LayerCDIRuntime, func(e *Evidence) { e.Containerd.CDISpecDirs = []string{"/etc/cdi"} }, Broken, "does not read CDI specs from /var/run/cdi", "cdi"},
+		{"NRI refusal", LayerCDIRuntime, func(e *Evidence) {
+			e.NRI.Refusals = map[string]float64{"runtime-class": 1}
+			e.NRI.CreateErrors = []PodMessage{{PodRef: PodRef{Namespace: "default", Name: "p", Container: "c"}, Reason: "CreateContainerError", Message: `nvinject: default/p/c requests nvidia.com/gpu but runs with runtime handler ""; set runtimeClassName: nvidia in the pod spec`}}
+		}, Broken, "nvinject-nri refused default/p[c]", "refused"},
+		{"NRI disconnected", LayerCDIRuntime, func(e *Evidence) { e.NRI.Connected = f64(0) }, Broken, "not connected", "nvinject-nri"},
+		{"unrelated create error", LayerCDIRuntime, func(e *Evidence) {
+			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerConfigError", Message: `secret "x" not found`}}
+		}, OK, "not CDI/runtime", ""},
+		{"cdi-runtime off node", LayerCDIRuntime, func(e *Evidence) {
+			e.CDI = CDIEvidence{Dirs: e.CDI.Dirs, Unread: "no dir"}
+			e.Containerd = ContainerdEvidence{Unread: "no file"}
+		}, Unknown, "no file", "--containerd-config"},
+
+		{"application ok", LayerApplication, nil, OK, "running and ready", ""},
+		{"CUDA init fails", LayerApplication, func(e *Evidence) {
+			e.App.Pods[0].Containers[0] = ContainerState{Name: "vllm", State: "waiting", Reason: "CrashLoopBackOff", Restarts: 3, ExitCode: 1,
+				LogTail: "INFO starting\nRuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version\n"}
+		}, Broken, "CUDA driver version is insufficient", "driver version"},
+		{"crash without CUDA text", LayerApplication, func(e *Evidence) {
+			e.App.Pods[0].Containers[0] = ContainerState{Name: "vllm", State: "terminated", Reason: "Error", ExitCode: 2, LogTail: "ValueError: bad --max-model-len\n"}
+		}, Broken, "last log line: ValueError", "vLLM's arguments"},
+		{"not started", LayerApplication, func(e *Evidence) {
+			e.App.Pods[0].Containers[0] = ContainerState{Name: "vllm", State: "waiting", Reason: "CreateContainerError"}
+		}, Unknown, "not started", "earlier layers"},
+		{"no pods", LayerApplication, func(e *Evidence) { e.App.Pods = nil }, Unknown, "no pod matches app=vllm-demo", "deploy/examples/vllm"},
+		{"application without API", LayerApplication, func(e *Evidence) { e.App = AppEvidence{Selector: "app=vllm-demo", Unread: unread} }, Unknown, unread, "--pod-selector"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := healthy()
+			if tt.mutate != nil {
+				tt.mutate(&e)
+			}
+			r := Report{Verdicts: Evaluate(e)}
+			v, ok := r.Verdict(tt.layer)
+			if !ok {
+				t.Fatalf("no verdict for %s", tt.layer)
+			}
+			ev := strings.Join(v.Evidence, "\n")
+			if v.Status != tt.want || !strings.Contains(ev, tt.evidence) || !strings.Contains(v.Fix, tt.fix) {
+				t.Errorf("%s = %s\nevidence:\n%s\nfix: %s\nwant %s with evidence %q and fix %q", tt.layer, v.Status, ev, v.Fix, tt.want, tt.evidence, tt.fix)
+			}
+			if tt.want == OK && v.Fix != "" {
+				t.Errorf("ok verdict carries a fix: %s", v.Fix)
+			}
+		})
+	}
+}
+
+// TestHealthyChain: the working chain is ok on every layer and nothing is
+// broken, so the command exits 0.
+func TestHealthyChain(t *testing.T) {
+	r := Report{Verdicts: Evaluate(healthy())}
+	for _, v := range r.Verdicts {
+		if v.Status != OK {
+			t.Errorf("%s = %s: %v", v.Layer, v.Status, v.Evidence)
+		}
+	}
+	if len(r.Verdicts) != 7 || len(r.Broken()) != 0 {
+		t.Errorf("verdicts %d broken %v", len(r.Verdicts), r.Broken())
+	}
+}
+
+// TestNothingReadable: with no input at all no layer claims ok.
+func TestNothingReadable(t *testing.T) {
+	const why = "unreadable"
+	e := Evidence{Resource: "nvidia.com/gpu", RuntimeClass: "nvidia",
+		SMI: SMIEvidence{Unread: why}, KubeletDir: KubeletDirEvidence{Unread: why}, Plugin: PluginEvidence{Unread: why},
+		NodeStatus: NodeEvidence{Unread: why}, Selected: SelectedEvidence{Unread: why}, Ledger: LedgerEvidence{Unread: why},
+		Allocate: AllocateEvidence{Unread: why}, CDI: CDIEvidence{Unread: why}, RuntimeCls: RuntimeClassEvidence{Unread: why},
+		Containerd: ContainerdEvidence{Unread: why}, NRI: NRIEvidence{MetricsUnread: why, ErrorsUnread: why}, App: AppEvidence{Unread: why}}
+	for _, v := range Evaluate(e) {
+		if v.Status != Unknown || v.Fix == "" {
+			t.Errorf("%s = %s (fix %q), want unknown with a hint", v.Layer, v.Status, v.Fix)
+		}
+	}
+}
+
+func pod(ns, name string) PodRef { return PodRef{Namespace: ns, Name: name} }

@@ -1,0 +1,170 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nvinject/nvinject/e2e/doctor/ctrdconfig"
+	"github.com/nvinject/nvinject/e2e/doctor/promtext"
+	"github.com/nvinject/nvinject/e2e/doctor/smi"
+)
+
+func collectSMI(ctx context.Context, path string) SMIEvidence {
+	ev := SMIEvidence{Path: path}
+	r, err := smi.Run(ctx, path)
+	if err != nil {
+		ev.Unread = err.Error()
+		return ev
+	}
+	ev.Output, ev.Failed = r.Output, r.Failed
+	for _, g := range r.GPUs {
+		ev.GPUs = append(ev.GPUs, GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, MIGMode: g.MIGMode})
+	}
+	return ev
+}
+
+func collectKubeletDir(dir string) KubeletDirEvidence {
+	ev := KubeletDirEvidence{Dir: dir}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		ev.Unread = fmt.Sprintf("list %s (run on the worker, or pass --kubelet-dir): %v", dir, err)
+		return ev
+	}
+	for _, e := range entries {
+		if e.Type()&fs.ModeSocket == 0 {
+			continue
+		}
+		if e.Name() == "kubelet.sock" {
+			ev.KubeletSocket = true
+			continue
+		}
+		ev.PluginSockets = append(ev.PluginSockets, e.Name())
+	}
+	return ev
+}
+
+func collectPlugin(ctx context.Context, o Options) PluginEvidence {
+	ev := PluginEvidence{URL: o.DevicePluginMetrics}
+	f, err := promtext.Fetch(ctx, o.HTTPClient, o.DevicePluginMetrics)
+	if err != nil {
+		ev.Unread = err.Error()
+		return ev
+	}
+	ev.Registrations = f.Sum(MetricRegistrations)
+	ev.Streams = f.Sum(MetricStreams)
+	ev.AllocateErrors = f.Sum(MetricAllocateErrors)
+	xids := map[string][]string{}
+	for _, s := range f[MetricXids] {
+		if s.Value > 0 {
+			xids[s.Labels["uuid"]] = append(xids[s.Labels["uuid"]], s.Labels["xid"])
+		}
+	}
+	for _, s := range f[MetricDeviceHealthy] {
+		u := s.Labels["uuid"]
+		slices.Sort(xids[u])
+		ev.Devices = append(ev.Devices, DeviceHealth{UUID: u, Healthy: s.Value == 1, Xid: strings.Join(xids[u], ",")})
+	}
+	slices.SortFunc(ev.Devices, func(a, b DeviceHealth) int { return strings.Compare(a.UUID, b.UUID) })
+	return ev
+}
+
+func collectNRIMetrics(ctx context.Context, o Options, ev *NRIEvidence) {
+	ev.URL = o.NRIMetrics
+	f, err := promtext.Fetch(ctx, o.HTTPClient, o.NRIMetrics)
+	if err != nil {
+		ev.MetricsUnread = err.Error()
+		return
+	}
+	ev.Connected = f.Sum(MetricNRIConnected)
+	for _, s := range f[MetricNRIRefusals] {
+		if ev.Refusals == nil {
+			ev.Refusals = map[string]float64{}
+		}
+		ev.Refusals[s.Labels["reason"]] += s.Value
+	}
+}
+
+func collectContainerd(path string) ContainerdEvidence {
+	ev := ContainerdEvidence{Path: path}
+	c, err := ctrdconfig.Load(path)
+	if err != nil {
+		ev.Unread = err.Error()
+		return ev
+	}
+	ev.Files, ev.Handlers, ev.CDISpecDirs, ev.NRIDisabled = c.Files, c.Handlers, c.CDISpecDirs, c.NRIDisabled
+	return ev
+}
+
+// cdiName finds qualified CDI device names in runtime error messages.
+var cdiName = regexp.MustCompile(`[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9._-]*=[A-Za-z0-9][A-Za-z0-9_.:-]*[A-Za-z0-9]`)
+
+// wantedNames are the CDI names pods need: nvinject's names for the
+// selected and published GPUs, and any name a container error mentions.
+func wantedNames(e Evidence, kind string) []string {
+	var out []string
+	add := func(n string) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	if e.Selected.Unread == "" && !e.Selected.All {
+		for _, u := range e.Selected.UUIDs {
+			add(kind + "=" + u)
+		}
+	}
+	for _, d := range e.Plugin.Devices {
+		add(kind + "=" + d.UUID)
+	}
+	for _, c := range e.NRI.CreateErrors {
+		for _, n := range cdiName.FindAllString(c.Message, -1) {
+			add(n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func collectCDI(dirs, wanted []string) CDIEvidence {
+	ev := CDIEvidence{Dirs: dirs, Wanted: wanted}
+	for _, d := range dirs {
+		if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
+			ev.MissingDirs = append(ev.MissingDirs, d)
+		}
+	}
+	if len(ev.MissingDirs) == len(dirs) {
+		ev.Unread = fmt.Sprintf("none of the CDI spec dirs %v exists here (run on the worker, or pass --cdi-spec-dir)", dirs)
+		return ev
+	}
+	// Manual refresh: one consistent scan, no watcher goroutine.
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	if err != nil {
+		ev.Unread = fmt.Sprintf("load CDI specs from %v: %v", dirs, err)
+		return ev
+	}
+	for _, d := range dirs {
+		for _, ext := range []string{"*.yaml", "*.json"} {
+			m, _ := filepath.Glob(filepath.Join(d, ext))
+			ev.Files = append(ev.Files, m...)
+		}
+	}
+	for path, errs := range cache.GetErrors() {
+		ev.Errors = append(ev.Errors, SpecError{Path: path, Error: errors.Join(errs...).Error()})
+	}
+	slices.SortFunc(ev.Errors, func(a, b SpecError) int { return strings.Compare(a.Path, b.Path) })
+	ev.Devices = cache.ListDevices()
+	for _, n := range wanted {
+		if cache.GetDevice(n) == nil {
+			ev.Unresolved = append(ev.Unresolved, n)
+		}
+	}
+	return ev
+}

@@ -1,0 +1,36 @@
+// Package doctor walks the chain of one nvidia.com/gpu request (driver →
+// device plugin → scheduler → kubelet Allocate → CDI/containerd/NRI →
+// application) on a node and gives each row of the seed's troubleshooting
+// table a verdict: ok, broken or unknown, with the evidence it read and
+// the fix.
+//
+// Collectors do the I/O (nvidia-smi, the kubelet device-plugins dir, the
+// daemons' /metrics, the CDI spec dirs, containerd's config, the API
+// server) and fill an Evidence; Checks are pure functions of it. An input
+// that cannot be read makes its layers unknown, never ok.
+//
+// Faults and the layer that reports them (for e2e/localnode fault tests,
+// which call Run in-process):
+//
+//	fault                                     layer         verdict evidence / fix
+//	nvidia-smi fails, no GPU, selected UUID   driver        broken  nvidia-smi output / host driver, toolkit, nvkind, selected-gpu-uuid
+//	  not on the worker
+//	device plugin not registered (stopped,    registration  broken  no plugin socket, registrations=0, no ListAndWatch,
+//	  kubelet.sock gone)                                            Node without capacity / plugin logs, restart plugin or kubelet
+//	unhealthy device (POST /debug/sim/xid     health        broken  allocatable < capacity, device Unhealthy with its Xid /
+//	  ?uuid=&xid= on the plugin)                                    quiet period, SIGHUP, POST /debug/sim/recover?uuid=
+//	GPU taken by another pod                  scheduling    broken  pending pod's "Insufficient nvidia.com/gpu" and the
+//	                                                                holders / delete or scale down the holder
+//	Allocate fails in the plugin              allocate      broken  pod status "Allocate failed" / plugin logs, re-register
+//	unresolvable CDI name (spec removed or    cdi-runtime   broken  name resolves to no device, CreateContainerError text /
+//	  stale, selected UUID not in the spec)                         restart the plugin to rewrite its spec
+//	RuntimeClass nvidia missing / no nvidia   cdi-runtime   broken  RuntimeClass or containerd handler absent /
+//	  handler in containerd                                         kubectl apply -k deploy, nvinject-node install-containerd-config
+//	NRI refusal (wrong runtimeClassName,      cdi-runtime   broken  "nvinject: ..." in the container error, refusal metrics /
+//	  UUID mismatch) or plugin disconnected                         the refusal's own fix, nvinject-nri logs
+//	CUDA cannot initialise / app crashes      application   broken  CUDA error line or exit code from the pod log /
+//	                                                                driver vs CUDA version, vLLM arguments
+//
+// Report.Broken lists broken layers in chain order; the first is where to
+// start, since later layers depend on earlier ones.
+package doctor

@@ -1,0 +1,62 @@
+package doctor
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// maxEvidence bounds the evidence lines the table shows per layer; JSON
+// carries all of them.
+const maxEvidence = 8
+
+// WriteTable writes the human table: one block per layer with its
+// verdict, evidence and fix.
+func WriteTable(w io.Writer, r Report) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "nvinject-doctor: node %s at %s\n", orDash(r.Node), r.Time.Format("2006-01-02T15:04:05Z"))
+	fmt.Fprintln(tw, "LAYER\tVERDICT\tEVIDENCE / FIX")
+	for _, v := range r.Verdicts {
+		lines := v.Evidence
+		if len(lines) > maxEvidence {
+			lines = append(lines[:maxEvidence:maxEvidence], fmt.Sprintf("(%d more in --json)", len(v.Evidence)-maxEvidence))
+		}
+		if len(lines) == 0 {
+			lines = []string{"-"}
+		}
+		for i, l := range lines {
+			layer, status := "", ""
+			if i == 0 {
+				layer, status = string(v.Layer), strings.ToUpper(string(v.Status))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", layer, status, oneLine(l))
+		}
+		if v.Fix != "" {
+			fmt.Fprintf(tw, "\t\tfix: %s\n", oneLine(v.Fix))
+		}
+	}
+	if b := r.Broken(); len(b) > 0 {
+		fmt.Fprintf(tw, "broken: %v (start with the first: later layers depend on it)\n", b)
+	}
+	return tw.Flush()
+}
+
+// WriteJSON writes the report as indented JSON.
+func WriteJSON(w io.Writer, r Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,52 @@
+package doctor
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWriteTable(t *testing.T) {
+	e := healthy()
+	e.NodeStatus.Allocatable = 0
+	e.Plugin.Devices[0] = DeviceHealth{UUID: uuid, Xid: "79"}
+	r := Report{Node: e.Node, Time: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC), Verdicts: Evaluate(e), Evidence: e}
+	var b bytes.Buffer
+	if err := WriteTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("\n%s", out)
+	for _, want := range []string{
+		"LAYER", "driver", "health        BROKEN", "fix: the plugin reports the GPU Unhealthy", "broken: [health]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestJSONFieldNames pins the machine-readable field names.
+func TestJSONFieldNames(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteJSON(&b, Report{Node: "n", Verdicts: Evaluate(healthy())}); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	v := m["verdicts"].([]any)[0].(map[string]any)
+	for _, k := range []string{"layer", "symptom", "status", "evidence"} {
+		if _, ok := v[k]; !ok {
+			t.Errorf("verdict JSON lacks %q: %v", k, v)
+		}
+	}
+	for _, k := range []string{"node", "time", "verdicts", "evidence"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("report JSON lacks %q", k)
+		}
+	}
+}
