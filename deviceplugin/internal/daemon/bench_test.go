@@ -16,6 +16,23 @@ func percentiles(b *testing.B, d []time.Duration) {
 	b.ReportMetric(at(0.99), "p99-µs")
 }
 
+// BenchmarkAnchorOptionsOverSocket is the anchor for the Allocate figure:
+// GetDevicePluginOptions, an RPC that does no work, over the same socket,
+// so the ratio isolates Allocate's own cost from gRPC's.
+func BenchmarkAnchorOptionsOverSocket(b *testing.B) {
+	r := start(b, "sim:a100-80gb*8")
+	untilHealth(b, r.watch(b), simUUID(3), pluginapi.Healthy)
+	var lat []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := r.client.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	percentiles(b, lat)
+}
+
 // BenchmarkAllocateOverSocket is kubelet's Allocate of one GPU over the
 // plugin's unix socket (annotations + CRI strategies).
 func BenchmarkAllocateOverSocket(b *testing.B) {
