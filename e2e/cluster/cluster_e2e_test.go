@@ -217,10 +217,11 @@ func nriRecorded(ctx context.Context, t *testing.T, env *Env, pod *corev1.Pod) [
 }
 
 // runDoctor: with the chain working, no layer the doctor can see from
-// here is broken.
+// here is broken. The suite runs on the GPU host, not in the worker, so
+// the doctor reads the API only (Remote).
 func runDoctor(ctx context.Context, t *testing.T, env *Env, node string) {
 	t.Helper()
-	r, err := doctor.Run(ctx, doctor.Options{Client: env.Client, Node: node, PodNamespace: appNS})
+	r, err := doctor.Run(ctx, doctor.Options{Client: env.Client, Node: node, PodNamespace: appNS, Remote: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +275,7 @@ func secondPodPending(ctx context.Context, t *testing.T, env *Env) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := doctor.Run(ctx, doctor.Options{Client: env.Client, PodNamespace: appNS})
+	r, err := doctor.Run(ctx, doctor.Options{Client: env.Client, PodNamespace: appNS, Remote: true})
 	if err != nil {
 		t.Fatal(err)
 	}

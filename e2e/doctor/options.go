@@ -29,6 +29,10 @@ type Options struct {
 	Client     kubernetes.Interface
 	// NoKube skips the API server (node-local evidence only).
 	NoKube bool
+	// Remote says the doctor does not run on the worker: its files,
+	// sockets, nvidia-smi and daemon metrics are not read (the layers that
+	// need them say unknown) rather than mistaking this machine's for them.
+	Remote bool
 	// Node is the worker's Node name; empty picks the only node, or the
 	// only node publishing Resource.
 	Node string

@@ -26,11 +26,20 @@ func Collect(ctx context.Context, o Options) Evidence {
 	o = o.withDefaults()
 	log := o.Logger
 	e := Evidence{Node: o.Node, Resource: o.Resource, RuntimeClass: o.RuntimeClass}
-	e.SMI = collectSMI(ctx, o.NvidiaSMI)
-	e.KubeletDir = collectKubeletDir(o.KubeletDir)
-	e.Plugin = collectPlugin(ctx, o)
-	collectNRIMetrics(ctx, o, &e.NRI)
-	e.Containerd = collectContainerd(o.ContainerdConfig)
+	if o.Remote {
+		const why = "not on the worker (--remote)"
+		e.SMI = SMIEvidence{Path: o.NvidiaSMI, Unread: why}
+		e.KubeletDir = KubeletDirEvidence{Dir: o.KubeletDir, Unread: why}
+		e.Plugin = PluginEvidence{URL: o.DevicePluginMetrics, Unread: why}
+		e.NRI = NRIEvidence{URL: o.NRIMetrics, MetricsUnread: why}
+		e.Containerd = ContainerdEvidence{Path: o.ContainerdConfig, Unread: why}
+	} else {
+		e.SMI = collectSMI(ctx, o.NvidiaSMI)
+		e.KubeletDir = collectKubeletDir(o.KubeletDir)
+		e.Plugin = collectPlugin(ctx, o)
+		collectNRIMetrics(ctx, o, &e.NRI)
+		e.Containerd = collectContainerd(o.ContainerdConfig)
+	}
 
 	client, kubeErr := kubeClient(o)
 	if kubeErr == "" {
@@ -57,7 +66,11 @@ func Collect(ctx context.Context, o Options) Evidence {
 		e.RuntimeCls = collectRuntimeClass(ctx, client, o.RuntimeClass)
 		e.App = collectApp(ctx, client, o)
 	}
-	e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, o.CDIKind))
+	if o.Remote {
+		e.CDI = CDIEvidence{Dirs: o.CDISpecDirs, Wanted: wantedNames(e, o.CDIKind), Unread: "not on the worker (--remote)"}
+	} else {
+		e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, o.CDIKind))
+	}
 	log.Debug("doctor: evidence collected", "node", e.Node)
 	return e
 }

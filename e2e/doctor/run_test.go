@@ -111,6 +111,7 @@ func TestRun(t *testing.T) {
 		name     string
 		client   *fake.Clientset
 		noKube   bool
+		remote   bool
 		want     map[Layer]Status
 		evidence map[Layer]string
 	}{
@@ -124,11 +125,13 @@ func TestRun(t *testing.T) {
 			evidence: map[Layer]string{LayerCDIRuntime: "nvidia.com/gpu=GPU-ffffffff-0000-0000-0000-000000000000 resolves to no device"}},
 		{name: "node only", noKube: true,
 			want: map[Layer]Status{LayerDriver: OK, LayerRegistration: Unknown, LayerHealth: OK, LayerScheduling: Unknown, LayerAllocate: Unknown, LayerCDIRuntime: Unknown, LayerApplication: Unknown}},
+		{name: "remote", client: cluster(uuid), remote: true,
+			want: map[Layer]Status{LayerDriver: Unknown, LayerRegistration: OK, LayerHealth: OK, LayerScheduling: OK, LayerAllocate: OK, LayerCDIRuntime: Unknown, LayerApplication: OK}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := newNode(t).opts
-			o.Node, o.NoKube = nodeName, tt.noKube
+			o.Node, o.NoKube, o.Remote = nodeName, tt.noKube, tt.remote
 			if tt.client != nil {
 				o.Client = tt.client
 			}

@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
 	fs.BoolVar(&o.NoKube, "no-kube", false, "do not consult the API server (node-local evidence only)")
+	fs.BoolVar(&o.Remote, "remote", false, "not on the worker: skip its files, sockets, nvidia-smi and daemon metrics (API evidence only)")
 	fs.StringVar(&o.Node, "node", "", "Node name of the GPU worker (default: the only node, or the only one publishing the resource)")
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", d.KubeletDir, "kubelet device-plugins directory")
 	fs.Var(&cdiDirs, "cdi-spec-dir", "CDI spec directory (repeatable or comma list; default "+strings.Join(d.CDISpecDirs, ",")+")")
