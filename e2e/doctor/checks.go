@@ -142,9 +142,9 @@ func registrationCauses(e Evidence, f *finding) {
 	}
 	p := e.Plugin
 	if p.Unread == "" {
-		f.fact("plugin metrics: registrations=%s listAndWatchStreams=%s devices=%d", num(p.Registrations), num(p.Streams), len(p.Devices))
+		f.fact("plugin metrics: registrations ok=%s error=%s listAndWatchStreams=%s devices=%d", num(p.Registrations), num(p.RegistrationErrors), num(p.Streams), len(p.Devices))
 		if p.Registrations != nil && *p.Registrations == 0 {
-			f.problem(fixPluginDown, "the device plugin never registered with kubelet (registrations=0)")
+			f.problem(fixPluginDown, "the device plugin never registered with kubelet (registrations ok=0, error=%s)", num(p.RegistrationErrors))
 		}
 		if p.Streams != nil && *p.Streams == 0 {
 			f.problem("restart the device plugin pod so it registers again; kubelet opens ListAndWatch right after a successful Register", "kubelet has no ListAndWatch stream open to the plugin")
@@ -195,11 +195,11 @@ func checkHealth(e Evidence) Verdict {
 	bad := unhealthy(e.Plugin)
 	if e.Plugin.Unread == "" {
 		for _, d := range e.Plugin.Devices {
-			f.fact("plugin reports %s healthy=%t%s", d.UUID, d.Healthy, xidNote(d.Xid))
+			f.fact("plugin reports %s healthy=%t", d.UUID, d.Healthy)
 		}
 	}
 	for _, d := range bad {
-		f.problem(fixRecover, "device %s is Unhealthy%s", d.UUID, xidNote(d.Xid))
+		f.problem(fixRecover, "device %s is Unhealthy%s", d.UUID, eventsNote(e.Plugin.HealthEvents))
 	}
 	n := e.NodeStatus
 	switch {
@@ -218,11 +218,11 @@ func checkHealth(e Evidence) Verdict {
 	return f.verdict("give the doctor the cluster (--kubeconfig, --node) or the plugin's metrics (--device-plugin-metrics)")
 }
 
-func xidNote(xid string) string {
-	if xid == "" {
+func eventsNote(events []string) string {
+	if len(events) == 0 {
 		return ""
 	}
-	return " (last Xid " + xid + ")"
+	return " (plugin counted health events: " + strings.Join(events, ", ") + ")"
 }
 
 func checkScheduling(e Evidence) Verdict {

@@ -66,8 +66,9 @@ func TestEvaluate(t *testing.T) {
 		{"health ok", LayerHealth, nil, OK, "allocatable=1", ""},
 		{"device unhealthy", LayerHealth, func(e *Evidence) {
 			e.NodeStatus.Allocatable = 0
-			e.Plugin.Devices[0] = DeviceHealth{UUID: uuid, Healthy: false, Xid: "79"}
-		}, Broken, "last Xid 79", "/debug/sim/recover"},
+			e.Plugin.Devices[0] = DeviceHealth{UUID: uuid, Healthy: false}
+			e.Plugin.HealthEvents = []string{"xid 79"}
+		}, Broken, "health events: xid 79", "/debug/sim/recover"},
 		{"allocatable 0 seen by kubelet only", LayerHealth, func(e *Evidence) { e.NodeStatus.Allocatable = 0 }, Broken, "allocatable=0", "health-quiet-period"},
 		{"unhealthy from metrics without API", LayerHealth, func(e *Evidence) {
 			e.NodeStatus = NodeEvidence{Unread: unread}

@@ -59,19 +59,18 @@ func collectPlugin(ctx context.Context, o Options) PluginEvidence {
 		ev.Unread = err.Error()
 		return ev
 	}
-	ev.Registrations = f.Sum(MetricRegistrations)
+	ev.Registrations = f.SumWhere(MetricRegistrations, "result", "ok")
+	ev.RegistrationErrors = f.SumWhere(MetricRegistrations, "result", "error")
 	ev.Streams = f.Sum(MetricStreams)
-	ev.AllocateErrors = f.Sum(MetricAllocateErrors)
-	xids := map[string][]string{}
-	for _, s := range f[MetricXids] {
-		if s.Value > 0 {
-			xids[s.Labels["uuid"]] = append(xids[s.Labels["uuid"]], s.Labels["xid"])
+	ev.AllocateErrors = f.SumWhere(MetricAllocations, "result", "refused")
+	for _, s := range f[MetricHealthEvents] {
+		if s.Value > 0 && s.Labels["ignored"] != "true" {
+			ev.HealthEvents = append(ev.HealthEvents, strings.TrimSpace(s.Labels["kind"]+" "+s.Labels["xid"]))
 		}
 	}
+	slices.Sort(ev.HealthEvents)
 	for _, s := range f[MetricDeviceHealthy] {
-		u := s.Labels["uuid"]
-		slices.Sort(xids[u])
-		ev.Devices = append(ev.Devices, DeviceHealth{UUID: u, Healthy: s.Value == 1, Xid: strings.Join(xids[u], ",")})
+		ev.Devices = append(ev.Devices, DeviceHealth{UUID: s.Labels["uuid"], Healthy: s.Value == 1})
 	}
 	slices.SortFunc(ev.Devices, func(a, b DeviceHealth) int { return strings.Compare(a.UUID, b.UUID) })
 	return ev

@@ -51,19 +51,21 @@ type KubeletDirEvidence struct {
 type DeviceHealth struct {
 	UUID    string `json:"uuid"`
 	Healthy bool   `json:"healthy"`
-	// Xid is the last Xid counted for the device, when the plugin exposes it.
-	Xid string `json:"xid,omitempty"`
 }
 
 // PluginEvidence is read from nvinject-device-plugin's /metrics. A nil
 // pointer means the metric was absent.
 type PluginEvidence struct {
-	URL            string         `json:"url"`
-	Unread         string         `json:"unread,omitempty"`
-	Registrations  *float64       `json:"registrations,omitempty"`
-	Streams        *float64       `json:"listAndWatchStreams,omitempty"`
-	Devices        []DeviceHealth `json:"devices,omitempty"`
-	AllocateErrors *float64       `json:"allocateErrors,omitempty"`
+	URL                string         `json:"url"`
+	Unread             string         `json:"unread,omitempty"`
+	Registrations      *float64       `json:"registrations,omitempty"`
+	RegistrationErrors *float64       `json:"registrationErrors,omitempty"`
+	Streams            *float64       `json:"listAndWatchStreams,omitempty"`
+	Devices            []DeviceHealth `json:"devices,omitempty"`
+	// HealthEvents are the health events the policy did not ignore
+	// ("xid 79", "gpu-lost"); the plugin counts them per node, not per GPU.
+	HealthEvents   []string `json:"healthEvents,omitempty"`
+	AllocateErrors *float64 `json:"allocateErrors,omitempty"`
 }
 
 // NodeEvidence is the Node's published amount of the GPU resource.

@@ -8,15 +8,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Metric names the doctor reads from the daemons' /metrics.
+// Metric names the doctor reads from the daemons' /metrics
+// (deviceplugin/internal/metrics and nri/internal/metrics).
 const (
-	MetricRegistrations  = "nvinject_device_plugin_registrations_total"
-	MetricStreams        = "nvinject_device_plugin_list_and_watch_streams"
-	MetricDeviceHealthy  = "nvinject_device_plugin_device_healthy"
-	MetricXids           = "nvinject_device_plugin_xid_events_total"
-	MetricAllocateErrors = "nvinject_device_plugin_allocate_errors_total"
-	MetricNRIConnected   = "nvinject_nri_connected"
-	MetricNRIRefusals    = "nvinject_nri_refusals_total"
+	// MetricRegistrations{result="ok"|"error"} counts Register calls.
+	MetricRegistrations = "nvinject_device_plugin_registrations_total"
+	MetricStreams       = "nvinject_device_plugin_list_and_watch_streams"
+	// MetricDeviceHealthy{uuid,device_id} is 1 when Healthy.
+	MetricDeviceHealthy = "nvinject_device_plugin_device_healthy"
+	// MetricHealthEvents{kind,xid,ignored} counts NVML health events.
+	MetricHealthEvents = "nvinject_device_plugin_health_events_total"
+	// MetricAllocations{result="ok"|"refused"} counts Allocate requests.
+	MetricAllocations  = "nvinject_device_plugin_allocations_total"
+	MetricNRIConnected = "nvinject_nri_connected"
+	MetricNRIRefusals  = "nvinject_nri_refusals_total"
 )
 
 // Options say where the doctor reads its evidence. The zero value of a

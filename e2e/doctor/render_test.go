@@ -11,7 +11,8 @@ import (
 func TestWriteTable(t *testing.T) {
 	e := healthy()
 	e.NodeStatus.Allocatable = 0
-	e.Plugin.Devices[0] = DeviceHealth{UUID: uuid, Xid: "79"}
+	e.Plugin.Devices[0] = DeviceHealth{UUID: uuid}
+	e.Plugin.HealthEvents = []string{"xid 79"}
 	r := Report{Node: e.Node, Time: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC), Verdicts: Evaluate(e), Evidence: e}
 	var b bytes.Buffer
 	if err := WriteTable(&b, r); err != nil {

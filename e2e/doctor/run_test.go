@@ -20,10 +20,11 @@ import (
 
 const (
 	nodeName   = "nvinject-sim-worker"
-	pluginText = `nvinject_device_plugin_registrations_total 1
+	pluginText = `nvinject_device_plugin_registrations_total{result="ok"} 1
 nvinject_device_plugin_list_and_watch_streams 1
-nvinject_device_plugin_device_healthy{uuid="` + uuid + `"} 1
-nvinject_device_plugin_allocate_errors_total 0
+nvinject_device_plugin_device_healthy{uuid="` + uuid + `",device_id="` + uuid + `"} 1
+nvinject_device_plugin_health_events_total{kind="xid",xid="13",ignored="true"} 2
+nvinject_device_plugin_allocations_total{result="ok"} 1
 `
 	nriText  = "nvinject_nri_connected 1\nnvinject_nri_refusals_total{reason=\"unresolvable\"} 0\n"
 	cdiSpec  = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: " + uuid + "\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/nvidia0, type: c, major: 195, minor: 0}\n"

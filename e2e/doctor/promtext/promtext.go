@@ -72,6 +72,22 @@ func (f Families) Sum(name string) *float64 {
 	return &total
 }
 
+// SumWhere returns the sum of name's samples whose label equals value, or
+// nil when the metric is absent.
+func (f Families) SumWhere(name, label, value string) *float64 {
+	s, ok := f[name]
+	if !ok {
+		return nil
+	}
+	var total float64
+	for _, x := range s {
+		if x.Labels[label] == value {
+			total += x.Value
+		}
+	}
+	return &total
+}
+
 // Fetch GETs url and parses the answer.
 func Fetch(ctx context.Context, c *http.Client, url string) (Families, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

@@ -41,6 +41,12 @@ func TestParse(t *testing.T) {
 			t.Errorf("Sum(%s) = %v, want %v", tt.name, deref(got), deref(tt.want))
 		}
 	}
+	if got := f.SumWhere("nvinject_nri_refusals_total", "reason", "unresolvable"); got == nil || *got != 2 {
+		t.Errorf("SumWhere(reason=unresolvable) = %v, want 2", deref(got))
+	}
+	if got := f.SumWhere("absent_metric", "reason", "x"); got != nil {
+		t.Errorf("SumWhere(absent) = %v, want nil", *got)
+	}
 	if l := f["nvinject_nri_refusals_total"][0].Labels["reason"]; l != "unresolvable" && l != "runtime-class" {
 		t.Errorf("label reason = %q", l)
 	}
