@@ -124,34 +124,33 @@ func checkDriver(e Evidence) Verdict {
 			}
 		}
 	}
-	return f.verdict("run the doctor on the worker (docker exec <worker> nvinject-doctor ...) or pass --nvidia-smi PATH; on a simulated node use <driver root>/usr/bin/nvidia-smi")
+	return f.verdict("pass --nvidia-smi with a command that reaches the worker (\"docker exec <worker> nvidia-smi\"; on a simulated node a GPU pod: \"kubectl exec <pod> -- nvidia-smi\")")
 }
 
 // registrationCauses explains, from node-local evidence, why the resource
-// would be missing.
+// would be missing. Only the first cause in chain order is a problem; what
+// follows from it (no registration without kubelet.sock, no stream without
+// a registration) is kept as a fact.
 func registrationCauses(e Evidence, f *finding) {
-	k := e.KubeletDir
+	k, p := e.KubeletDir, e.Plugin
 	if k.Unread == "" {
 		f.fact("%s: kubelet.sock present=%t, plugin sockets %v", k.Dir, k.KubeletSocket, k.PluginSockets)
-		if !k.KubeletSocket {
-			f.problem(fixKubelet, "no kubelet.sock in %s: kubelet is not running or uses another root dir", k.Dir)
-		}
-		if len(k.PluginSockets) == 0 {
-			f.problem(fixPluginDown, "no device plugin socket in %s", k.Dir)
-		}
 	}
-	p := e.Plugin
 	if p.Unread == "" {
 		f.fact("plugin metrics: registrations ok=%s error=%s listAndWatchStreams=%s devices=%d", num(p.Registrations), num(p.RegistrationErrors), num(p.Streams), len(p.Devices))
-		if p.Registrations != nil && *p.Registrations == 0 {
-			f.problem(fixPluginDown, "the device plugin never registered with kubelet (registrations ok=0, error=%s)", num(p.RegistrationErrors))
-		}
-		if p.Streams != nil && *p.Streams == 0 {
-			f.problem("restart the device plugin pod so it registers again; kubelet opens ListAndWatch right after a successful Register", "kubelet has no ListAndWatch stream open to the plugin")
-		}
-		if len(p.Devices) == 0 {
-			f.problem(fixNoDevices, "the device plugin publishes no device")
-		}
+	}
+	switch {
+	case k.Unread == "" && !k.KubeletSocket:
+		f.problem(fixKubelet, "no kubelet.sock in %s: kubelet is not running or uses another root dir", k.Dir)
+	case k.Unread == "" && len(k.PluginSockets) == 0:
+		f.problem(fixPluginDown, "no device plugin socket in %s", k.Dir)
+	case p.Unread != "":
+	case len(p.Devices) == 0:
+		f.problem(fixNoDevices, "the device plugin publishes no device")
+	case p.Registrations != nil && *p.Registrations == 0:
+		f.problem(fixPluginDown, "the device plugin never registered with kubelet (registrations ok=0, error=%s)", num(p.RegistrationErrors))
+	case p.Streams != nil && *p.Streams == 0:
+		f.problem("restart the device plugin pod so it registers again; kubelet opens ListAndWatch right after a successful Register", "kubelet has no ListAndWatch stream open to the plugin")
 	}
 }
 
@@ -169,7 +168,7 @@ func checkRegistration(e Evidence) Verdict {
 	f.unread("the device-plugins dir", e.KubeletDir.Unread)
 	f.unread("device plugin metrics "+e.Plugin.URL, e.Plugin.Unread)
 	if n.Unread != "" {
-		f.unread("Node "+e.Node, n.Unread)
+		f.unread("the Node", n.Unread)
 		return f.verdict("give the doctor the cluster (--kubeconfig, --node) so it can read the Node's capacity")
 	}
 	f.problems = append([]string{fmt.Sprintf("Node %s publishes no %s (capacity %d)", e.Node, e.Resource, n.Capacity)}, f.problems...)
@@ -205,7 +204,7 @@ func checkHealth(e Evidence) Verdict {
 	switch {
 	case n.Unread != "":
 		if len(bad) == 0 && (e.Plugin.Unread != "" || len(e.Plugin.Devices) == 0) {
-			f.unread("Node "+e.Node, n.Unread)
+			f.unread("the Node", n.Unread)
 			f.unread("device plugin metrics "+e.Plugin.URL, e.Plugin.Unread)
 		}
 	case !n.Published || n.Capacity == 0:

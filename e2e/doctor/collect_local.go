@@ -59,10 +59,12 @@ func collectPlugin(ctx context.Context, o Options) PluginEvidence {
 		ev.Unread = err.Error()
 		return ev
 	}
-	ev.Registrations = f.SumWhere(MetricRegistrations, "result", "ok")
-	ev.RegistrationErrors = f.SumWhere(MetricRegistrations, "result", "error")
+	// Labelled counters appear only after their first increment, so on a
+	// plugin that answers, an absent one means zero.
+	ev.Registrations = orZero(f.SumWhere(MetricRegistrations, "result", "ok"))
+	ev.RegistrationErrors = orZero(f.SumWhere(MetricRegistrations, "result", "error"))
 	ev.Streams = f.Sum(MetricStreams)
-	ev.AllocateErrors = f.SumWhere(MetricAllocations, "result", "refused")
+	ev.AllocateErrors = orZero(f.SumWhere(MetricAllocations, "result", "refused"))
 	for _, s := range f[MetricHealthEvents] {
 		if s.Value > 0 && s.Labels["ignored"] != "true" {
 			ev.HealthEvents = append(ev.HealthEvents, strings.TrimSpace(s.Labels["kind"]+" "+s.Labels["xid"]))
@@ -74,6 +76,13 @@ func collectPlugin(ctx context.Context, o Options) PluginEvidence {
 	}
 	slices.SortFunc(ev.Devices, func(a, b DeviceHealth) int { return strings.Compare(a.UUID, b.UUID) })
 	return ev
+}
+
+func orZero(p *float64) *float64 {
+	if p == nil {
+		return new(float64)
+	}
+	return p
 }
 
 func collectNRIMetrics(ctx context.Context, o Options, ev *NRIEvidence) {

@@ -45,7 +45,9 @@ type Options struct {
 	KubeletDir       string
 	CDISpecDirs      []string
 	ContainerdConfig string
-	NvidiaSMI        string
+	// NvidiaSMI is the nvidia-smi command line; a prefix can reach into
+	// the worker ("docker exec k8s-ai-infra-worker nvidia-smi").
+	NvidiaSMI string
 
 	DevicePluginMetrics string
 	NRIMetrics          string

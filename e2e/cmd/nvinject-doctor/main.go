@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", d.KubeletDir, "kubelet device-plugins directory")
 	fs.Var(&cdiDirs, "cdi-spec-dir", "CDI spec directory (repeatable or comma list; default "+strings.Join(d.CDISpecDirs, ",")+")")
 	fs.StringVar(&o.ContainerdConfig, "containerd-config", d.ContainerdConfig, "containerd config file (its imports are followed)")
-	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", d.NvidiaSMI, "nvidia-smi to run (a simulated node: <driver root>/usr/bin/nvidia-smi)")
+	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", d.NvidiaSMI, "nvidia-smi command line, run with the query appended; may reach into the worker: \"docker exec k8s-ai-infra-worker nvidia-smi\" (simulated node: a GPU pod's nvidia-smi via kubectl exec)")
 	fs.StringVar(&o.DevicePluginMetrics, "device-plugin-metrics", d.DevicePluginMetrics, "nvinject-device-plugin metrics URL")
 	fs.StringVar(&o.NRIMetrics, "nri-metrics", d.NRIMetrics, "nvinject-nri metrics URL")
 	fs.StringVar(&o.PodSelector, "pod-selector", d.PodSelector, "label selector of the application's pods")

@@ -30,9 +30,16 @@ type Result struct {
 	Failed string
 }
 
-// Run executes path with the query.
-func Run(ctx context.Context, path string) (Result, error) {
-	cmd := exec.CommandContext(ctx, path, Query...)
+// Run executes the command line with the query appended. The command may
+// carry a prefix that reaches the worker, as the seed does:
+// "docker exec k8s-ai-infra-worker nvidia-smi".
+func Run(ctx context.Context, command string) (Result, error) {
+	argv := strings.Fields(command)
+	if len(argv) == 0 {
+		return Result{}, fmt.Errorf("%w: empty command", ErrNotRun)
+	}
+	path := argv[0]
+	cmd := exec.CommandContext(ctx, path, append(argv[1:], Query...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

@@ -30,6 +30,8 @@ func TestRun(t *testing.T) {
 		{name: "driver down", path: script(t, `echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."; exit 9`), wantFailed: true},
 		{name: "garbage", path: script(t, `echo "weird"`), wantFailed: true},
 		{name: "absent", path: "/nonexistent/nvidia-smi", wantNotRun: true},
+		{name: "empty", path: " ", wantNotRun: true},
+		{name: "through a prefix", path: "env NVINJECT=1 " + script(t, `echo "0, GPU-2222, A100, Disabled"`), wantGPUs: 1, wantUUID: "GPU-2222"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
