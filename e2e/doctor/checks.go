@@ -158,10 +158,10 @@ func checkRegistration(e Evidence) Verdict {
 	var f finding
 	n := e.NodeStatus
 	if n.Unread == "" && n.Published && n.Capacity > 0 {
+		// kubelet keeps an earlier registration's capacity for a while
+		// after the plugin is gone, so node-local causes still count.
 		f.fact("Node %s capacity %s=%d", e.Node, e.Resource, n.Capacity)
-		var local finding
-		registrationCauses(e, &local)
-		f.facts = append(f.facts, local.facts...)
+		registrationCauses(e, &f)
 		return f.verdict("")
 	}
 	registrationCauses(e, &f)

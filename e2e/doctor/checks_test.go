@@ -56,6 +56,11 @@ func TestEvaluate(t *testing.T) {
 			e.Plugin = PluginEvidence{URL: e.Plugin.URL, Unread: "connection refused"}
 		}, Broken, "no device plugin socket", "single-gpu-device-plugin"},
 		{"no ListAndWatch", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{}; e.Plugin.Streams = f64(0) }, Broken, "ListAndWatch", "re"},
+		{"plugin gone, stale capacity", LayerRegistration, func(e *Evidence) {
+			e.NodeStatus.Allocatable = 0
+			e.KubeletDir.PluginSockets = nil
+		}, Broken, "no device plugin socket", "not serving"},
+		{"plugin publishes nothing", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{}; e.Plugin.Devices = nil }, Broken, "publishes no device", "selected-gpu-uuid"},
 		{"kubelet down", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{}; e.KubeletDir.KubeletSocket = false }, Broken, "kubelet.sock", "start kubelet"},
 		{"plugin side broken without API", LayerRegistration, func(e *Evidence) {
 			e.NodeStatus = NodeEvidence{Unread: unread}
