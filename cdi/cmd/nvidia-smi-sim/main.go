@@ -19,8 +19,19 @@ import (
 
 const factsPath = "/usr/share/nvinject/simulated-gpus.json"
 
+// On the simulated node's host there are no /dev/nvidiaN nodes, so the
+// host's view (the seed's `nvidia-smi` on the worker) is asked for
+// explicitly: NVINJECT_SIM_FACTS names the facts file of a simulated driver
+// root, and NVINJECT_SIM_HOST_VIEW=1 reports every GPU in it.
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, factsPath, "/dev"))
+	facts, dev := factsPath, "/dev"
+	if f := os.Getenv("NVINJECT_SIM_FACTS"); f != "" {
+		facts = f
+	}
+	if os.Getenv("NVINJECT_SIM_HOST_VIEW") == "1" {
+		dev = ""
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, facts, dev))
 }
 
 func run(args []string, stdout, stderr io.Writer, facts, dev string) int {
@@ -59,8 +70,12 @@ func run(args []string, stdout, stderr io.Writer, facts, dev string) int {
 }
 
 // visible returns the GPUs whose device node is in dev with the right
-// major and minor, as NVML inside a container only opens nodes it has.
+// major and minor, as NVML inside a container only opens nodes it has. An
+// empty dev is the simulated host's view: every GPU.
 func visible(f simfacts.Facts, dev string) []simfacts.GPU {
+	if dev == "" {
+		return f.GPUs
+	}
 	var out []simfacts.GPU
 	for _, g := range f.GPUs {
 		var st syscall.Stat_t

@@ -74,3 +74,14 @@ func TestBadField(t *testing.T) {
 		t.Fatalf("exit %d, %q", code, errb.String())
 	}
 }
+
+func TestHostView(t *testing.T) {
+	facts, _ := setup(t)
+	var out, errb bytes.Buffer
+	if code := run([]string{"--query-gpu=index,uuid", "--format=csv,noheader"}, &out, &errb, facts, ""); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if got := strings.TrimSpace(out.String()); got != "0, GPU-aaaa\n1, GPU-bbbb" {
+		t.Fatalf("host view %q", got)
+	}
+}
