@@ -1,7 +1,6 @@
 package spec_test
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"os"
@@ -17,38 +16,20 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvinject/nvinject/cdi/driver"
-	"github.com/nvinject/nvinject/cdi/simroot"
+	"github.com/nvinject/nvinject/cdi/simtest"
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/shared/gpu"
-	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// simNode discovers a simulated node through the real NVML code path and
-// writes its simulated driver root under a fixed-name dir, so golden files
-// can replace the temp prefix.
+// simNode is a simulated node and its driver root; the root's path has a
+// fixed last element so golden files can replace the temp prefix.
 func simNode(t testing.TB, value string) (gpu.Node, string) {
 	t.Helper()
-	b, err := backend.Open(value, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	node, err := b.Discover(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := filepath.Join(t.TempDir(), "driver-root")
-	smi := filepath.Join(t.TempDir(), "nvidia-smi-sim")
-	if err := os.WriteFile(smi, []byte("#!/bin/sh\necho simulated\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := simroot.Write(root, node, smi); err != nil {
-		t.Fatal(err)
-	}
-	return node, root
+	dir := t.TempDir()
+	return simtest.DriverRoot(t, value, dir), filepath.Join(dir, "driver-root")
 }
 
 func TestGolden(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/nvinject/nvinject/cdi/simroot"
+	"github.com/nvinject/nvinject/cdi/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -46,24 +46,13 @@ func driverRoot(t testing.TB, nvml string) string {
 	if d, ok := driverRoots[nvml]; ok {
 		return d
 	}
-	b, err := backend.Open(nvml, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	node, err := b.Discover(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir, err := os.MkdirTemp("", "nvdp-root")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := simroot.Write(dir, node, "/bin/true"); err != nil {
-		t.Fatal(err)
-	}
-	driverRoots[nvml] = dir
-	return dir
+	simtest.DriverRoot(t, nvml, dir)
+	driverRoots[nvml] = filepath.Join(dir, "driver-root")
+	return driverRoots[nvml]
 }
 
 func TestMain(m *testing.M) {

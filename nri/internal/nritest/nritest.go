@@ -21,10 +21,9 @@ import (
 	rtgen "github.com/opencontainers/runtime-tools/generate"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvinject/nvinject/cdi/simroot"
+	"github.com/nvinject/nvinject/cdi/simtest"
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/shared/gpu"
-	"github.com/nvinject/nvinject/shared/gpu/backend"
 )
 
 // Node is a simulated GPU node and the spec dir holding its CDI spec.
@@ -39,24 +38,9 @@ type Node struct {
 // writes its CDI spec, as nvinject's generator makes it, into a fresh dir.
 func NewNode(t testing.TB, value string, withHook bool) Node {
 	t.Helper()
-	b, err := backend.Open(value, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	node, err := b.Discover(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	smi := filepath.Join(dir, "nvidia-smi-sim")
-	if err := os.WriteFile(smi, []byte("#!/bin/sh\necho simulated\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	node := simtest.DriverRoot(t, value, dir)
 	root := filepath.Join(dir, "driver-root")
-	if err := simroot.Write(root, node, smi); err != nil {
-		t.Fatal(err)
-	}
 	opts := []spec.Option{spec.WithDriverRoot(root)}
 	n := Node{Node: node, SpecDir: filepath.Join(dir, "cdi")}
 	if withHook {
