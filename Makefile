@@ -15,7 +15,8 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export GOFLAGS ?= -buildvcs=false -tags=nri_no_wasm
 
 include e2e/tools/tools.mk
--include deploy/images.mk
+include deploy/images.mk
+include e2e/cluster/cluster.mk
 
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
