@@ -300,7 +300,7 @@ func TestArgs(t *testing.T) {
 		o := kustomize(t, b.dir)
 		dp := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Args
 		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins", "--resource-name=nvidia.com/gpu",
-			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--metrics-addr=:9481"}
+			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481"}
 		if !slices.Equal(dp, wantDP) {
 			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
 		}

@@ -58,6 +58,8 @@ const DefaultIgnoredXids = "13,31,43,45,68,109"
 type Config struct {
 	NVML             string
 	DriverRoot       string
+	// HostDriverRoot is DriverRoot's path on the host; CDI specs name host paths.
+	HostDriverRoot   string
 	KubeletDir       string
 	PluginSocket     string
 	ResourceName     string
@@ -95,7 +97,7 @@ func (c Config) Attrs() []any {
 		xids[i] = strconv.FormatUint(x, 10)
 	}
 	return []any{
-		"nvml", c.NVML, "driver_root", c.DriverRoot, "kubelet_dir", c.KubeletDir,
+		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "kubelet_dir", c.KubeletDir,
 		"plugin_socket", c.PluginSocket, "resource_name", c.ResourceName,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", c.CDIVendor + "/" + c.CDIClass,
 		"cdi_annotation_prefix", c.AnnotationPrefix,
@@ -120,6 +122,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 	}
 	str(&c.NVML, "nvml", "NVINJECT_NVML", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
 	str(&c.DriverRoot, "driver-root", "NVINJECT_DRIVER_ROOT", "/", "where the NVIDIA driver's files are, as this process sees them")
+	str(&c.HostDriverRoot, "host-driver-root", "NVINJECT_HOST_DRIVER_ROOT", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
 	str(&c.KubeletDir, "kubelet-dir", "NVINJECT_KUBELET_DIR", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock)")
 	str(&c.PluginSocket, "plugin-socket", "NVINJECT_PLUGIN_SOCKET", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
 	str(&c.ResourceName, "resource-name", "NVINJECT_RESOURCE_NAME", "nvidia.com/gpu", "extended resource to publish")
