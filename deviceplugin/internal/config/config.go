@@ -56,8 +56,8 @@ const DefaultIgnoredXids = "13,31,43,45,68,109"
 
 // Config is the plugin's effective configuration.
 type Config struct {
-	NVML             string
-	DriverRoot       string
+	NVML       string
+	DriverRoot string
 	// HostDriverRoot is DriverRoot's path on the host; CDI specs name host paths.
 	HostDriverRoot   string
 	KubeletDir       string
