@@ -94,6 +94,10 @@ func (n *Node) Up(ctx context.Context) error {
 	if err := os.MkdirAll(n.layout.path("kubeconfig"), 0o700); err != nil {
 		return fmt.Errorf("create kubeconfig dir: %w", err)
 	}
+	// down and status in a later process find the same binaries through this file.
+	if err := os.WriteFile(n.layout.path("tools-bin"), []byte(n.bin), 0o644); err != nil {
+		return fmt.Errorf("record tools bin dir: %w", err)
+	}
 	creds, err := n.writeCredentials()
 	if err != nil {
 		return err
@@ -117,6 +121,16 @@ func (n *Node) Up(ctx context.Context) error {
 	n.log.Info("node ready", "node", n.name, "took", time.Since(start).Round(time.Millisecond),
 		"kubeconfig", n.Kubeconfig(), "containerd", n.ContainerdSocket())
 	return nil
+}
+
+// useRecordedBin falls back to the tools bin dir that up recorded in the run dir.
+func (n *Node) useRecordedBin() {
+	if n.bin != "" {
+		return
+	}
+	if data, err := os.ReadFile(n.layout.path("tools-bin")); err == nil {
+		n.bin = strings.TrimSpace(string(data))
+	}
 }
 
 func (n *Node) checkPrereqs() error {

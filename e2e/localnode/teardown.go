@@ -23,6 +23,7 @@ func (n *Node) Down(ctx context.Context) error {
 	if _, err := os.Stat(n.layout.dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	n.useRecordedBin()
 	var errs []error
 	stop := func(name string) {
 		if err := proc.Stop(ctx, n.layout.pidFile(name), 15*time.Second); err != nil {
@@ -168,6 +169,7 @@ type ComponentStatus struct {
 
 // Status reports every component and, when the API server answers, the node's readiness.
 func (n *Node) Status(ctx context.Context) []ComponentStatus {
+	n.useRecordedBin()
 	var out []ComponentStatus
 	for _, c := range n.components() {
 		s := ComponentStatus{Name: c.name, LogFile: n.layout.logFile(c.name)}
