@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,6 +202,12 @@ func (n *Node) waitNodeReady(ctx context.Context) error {
 	t0 := time.Now()
 	if err := n.poll(ctx, func(ctx context.Context) error { return c.nodeReady(ctx, n.name) }); err != nil {
 		return fmt.Errorf("node %s not Ready: %w; see %s and %s", n.name, err, n.layout.logFile("kubelet"), n.layout.logFile("containerd"))
+	}
+	// Pods are rejected until the controller-manager creates the default ServiceAccount.
+	if err := n.poll(ctx, func(ctx context.Context) error {
+		return c.do(ctx, http.MethodGet, "/api/v1/namespaces/default/serviceaccounts/default", nil)
+	}); err != nil {
+		return fmt.Errorf("default ServiceAccount missing: %w; see %s", err, n.layout.logFile("kube-controller-manager"))
 	}
 	n.log.Info("node Ready", "node", n.name, "took", time.Since(t0).Round(time.Millisecond))
 	return nil

@@ -49,11 +49,12 @@ func (n *Node) Down(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, n.removeHostLeftovers(ctx)...)
-	if err := hostclean.RemoveCgroups("kubepods", "kubepods.slice"); err != nil {
+	// Only one kubelet can run per host (its device-plugin dir is fixed), so kubepods is ours.
+	if err := hostclean.KillAndRemoveCgroups("kubepods", "kubepods.slice"); err != nil {
 		errs = append(errs, err)
 	}
-	// containerd names cgroups after its namespace; remove k8s.io only when empty, as
-	// another containerd may share it.
+	// containerd names cgroups after its namespace; remove k8s.io only where empty, as
+	// another containerd on the host may use it.
 	_ = hostclean.RemoveCgroups("k8s.io")
 	if err := n.removeRunDir(); err != nil {
 		errs = append(errs, err)

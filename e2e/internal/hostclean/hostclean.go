@@ -67,11 +67,17 @@ func UnmountUnder(dir string) error {
 // RemoveCgroups removes the named cgroup trees (e.g. "kubepods") from every cgroup v1
 // hierarchy, or from the unified hierarchy, deepest first. Only empty cgroups can be removed,
 // so a tree that still holds a process is reported.
-func RemoveCgroups(names ...string) error {
+func RemoveCgroups(names ...string) error { return removeCgroups(false, names) }
+
+// KillAndRemoveCgroups is RemoveCgroups that first kills processes left in the trees
+// (orphans of a killed shim). Use it only for trees nothing else on the host uses.
+func KillAndRemoveCgroups(names ...string) error { return removeCgroups(true, names) }
+
+func removeCgroups(kill bool, names []string) error {
 	var errs []error
 	for _, root := range cgroupRoots() {
 		for _, name := range names {
-			if err := removeTree(filepath.Join(root, name)); err != nil {
+			if err := removeTree(filepath.Join(root, name), kill); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -106,7 +112,7 @@ func cgroupRoots() []string {
 	return roots
 }
 
-func removeTree(top string) error {
+func removeTree(top string, kill bool) error {
 	var dirs []string
 	err := filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -124,7 +130,9 @@ func removeTree(top string) error {
 		return fmt.Errorf("walk cgroup %s: %w", top, err)
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		killMembers(dirs[i])
+		if kill {
+			killMembers(dirs[i])
+		}
 		if err := syscall.Rmdir(dirs[i]); err != nil && !errors.Is(err, syscall.ENOENT) {
 			return fmt.Errorf("remove cgroup %s (a process may still be in it): %w", dirs[i], err)
 		}
