@@ -16,6 +16,7 @@ import (
 
 const (
 	busyboxImage = "docker.io/library/busybox:nvinject-e2e"
+	glibcImage   = "localhost/nvinject-e2e/ls:v1"
 	marker       = "nvinject-e2e-ok"
 )
 
@@ -69,6 +70,18 @@ func TestLocalNode(t *testing.T) {
 	if err := node.ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)
 	}
+	// A dynamically linked program proves AddBinary packs what ldd reports.
+	glibc := ociimage.New(glibcImage)
+	if err := glibc.AddBinary("/bin/ls", "/bin/ls"); err != nil {
+		t.Fatal(err)
+	}
+	glibcArchive := filepath.Join(t.TempDir(), "glibc.tar")
+	if err := glibc.WriteArchiveFile(glibcArchive); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.ImportImage(ctx, glibcArchive); err != nil {
+		t.Fatal(err)
+	}
 
 	run := func(stdin string, args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", node.Kubeconfig()}, args...)...)
@@ -101,6 +114,9 @@ func TestLocalNode(t *testing.T) {
 	t.Logf("pod Succeeded %s after creation", time.Since(podStart).Round(time.Millisecond))
 	if logs := kubectl("", "logs", "pod/busybox"); !strings.Contains(logs, marker+" Linux") {
 		t.Errorf("pod log = %q, want %q", logs, marker+" Linux")
+	}
+	if logs := kubectl("", "logs", "pod/busybox", "-c", "glibc"); !strings.Contains(logs, "ls") {
+		t.Errorf("glibc container log = %q, want a listing of /bin with ls", logs)
 	}
 
 	downStart := time.Now()
@@ -136,4 +152,8 @@ spec:
     image: ` + busyboxImage + `
     imagePullPolicy: Never
     command: ["/bin/busybox", "sh", "-c", "echo ` + marker + ` $(/bin/busybox uname -s)"]
+  - name: glibc
+    image: ` + glibcImage + `
+    imagePullPolicy: Never
+    command: ["/bin/ls", "/bin"]
 `
