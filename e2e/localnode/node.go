@@ -79,6 +79,9 @@ func (n *Node) Up(ctx context.Context) error {
 			return fmt.Errorf("%s is already running (pid %d): run `nvinject-localnode down -run-dir %s` first", c.name, pid, n.layout.dir)
 		}
 	}
+	if err := n.claimHost(); err != nil {
+		return err
+	}
 	// A crashed earlier run can leave mounts, cgroups or a bridge; clear them first.
 	if err := n.Down(ctx); err != nil {
 		return fmt.Errorf("clean up the previous node: %w", err)
@@ -134,7 +137,16 @@ func (n *Node) useRecordedBin() {
 	}
 }
 
+// maxSocketPath leaves room under the kernel's 108-byte sun_path limit.
+const maxSocketPath = 100
+
 func (n *Node) checkPrereqs() error {
+	for _, sock := range []string{n.layout.containerdSocket() + ".ttrpc", n.layout.nriSocket(),
+		n.layout.path("kubelet", "pod-resources", "kubelet.sock")} {
+		if len(sock) > maxSocketPath {
+			return fmt.Errorf("socket path %s is %d bytes, over %d: choose a shorter run dir", sock, len(sock), maxSocketPath)
+		}
+	}
 	for _, t := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "crictl", "etcd",
 		"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"} {
 		if _, err := os.Stat(n.tool(t)); err != nil {
@@ -213,15 +225,25 @@ func (n *Node) waitNodeReady(ctx context.Context) error {
 	return nil
 }
 
-// logTail returns the last lines of a log file for error messages.
+// logTail returns the last error lines of a log (klog "E..." or logrus level=error/fatal)
+// for error messages, or its last lines when it has none.
 func logTail(path string) string {
 	data, err := os.ReadFile(path)
 	if err != nil || len(data) == 0 {
 		return ""
 	}
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > 8 {
-		lines = lines[len(lines)-8:]
+	var errs []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "E") || strings.HasPrefix(l, "F") || strings.Contains(l, "level=error") || strings.Contains(l, "level=fatal") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) > 0 {
+		lines = errs
+	}
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
 	}
 	return "; last lines:\n  " + strings.Join(lines, "\n  ")
 }

@@ -48,14 +48,20 @@ func (n *Node) Down(ctx context.Context) error {
 	if err := hostclean.UnmountUnder(n.layout.dir); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, n.removeHostLeftovers(ctx)...)
-	// Only one kubelet can run per host (its device-plugin dir is fixed), so kubepods is ours.
-	if err := hostclean.KillAndRemoveCgroups("kubepods", "kubepods.slice"); err != nil {
-		errs = append(errs, err)
+	// Host-wide state may belong to another node started since; leave it to its owner.
+	if n.ownsHost() {
+		errs = append(errs, n.removeHostLeftovers(ctx)...)
+		// Only one kubelet can run per host (its device-plugin dir is fixed), so kubepods is ours.
+		if err := hostclean.KillAndRemoveCgroups("kubepods", "kubepods.slice"); err != nil {
+			errs = append(errs, err)
+		}
+		// containerd names cgroups after its namespace; remove k8s.io only where empty, as
+		// another containerd on the host may use it.
+		_ = hostclean.RemoveCgroups("k8s.io")
+		n.releaseHost()
+	} else {
+		n.log.Warn("another local node owns the host-wide state; leaving it", "owner", currentOwner())
 	}
-	// containerd names cgroups after its namespace; remove k8s.io only where empty, as
-	// another containerd on the host may use it.
-	_ = hostclean.RemoveCgroups("k8s.io")
 	if err := n.removeRunDir(); err != nil {
 		errs = append(errs, err)
 	}
