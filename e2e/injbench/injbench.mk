@@ -1,0 +1,10 @@
+# Included by the root Makefile (after e2e/tools/tools.mk). `make bench-injection`
+# (root) starts its own containerd + runc + nvinject-nri under /tmp/nvinject-injbench,
+# creates INJBENCH_N GPU containers through containerd's own CDI and INJBENCH_N
+# through nvinject-nri, interleaved, prints medians, p90s and the ratio b/a as a
+# table and a JSON line, and tears everything down.
+INJBENCH_N ?= 20
+
+.PHONY: bench-injection
+bench-injection: build tools
+	$(or $(BIN),$(CURDIR)/bin)/nvinject-injbench -n $(INJBENCH_N) -bin $(or $(BIN),$(CURDIR)/bin) -tools-bin $(NVINJECT_TOOLS_BIN)

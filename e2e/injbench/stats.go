@@ -1,0 +1,51 @@
+package injbench
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Summary describes one set of timings.
+type Summary struct {
+	N      int
+	Median time.Duration
+	P90    time.Duration
+	Min    time.Duration
+	Max    time.Duration
+}
+
+// Summarize returns the median, the nearest-rank 90th percentile, min and
+// max of ds; the zero Summary when ds is empty.
+func Summarize(ds []time.Duration) Summary {
+	if len(ds) == 0 {
+		return Summary{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return Summary{N: len(s), Median: median(s), P90: nearestRank(s, 0.90), Min: s[0], Max: s[len(s)-1]}
+}
+
+// median of sorted s: the mean of the two middle values when len(s) is even.
+func median(s []time.Duration) time.Duration {
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// nearestRank is the smallest value with at least q of the samples at or
+// below it, so it is always one of the measured values.
+func nearestRank(s []time.Duration, q float64) time.Duration {
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
+
+// Ratio is b/a, or 0 when a is zero.
+func Ratio(b, a time.Duration) float64 {
+	if a == 0 {
+		return 0
+	}
+	return float64(b) / float64(a)
+}
