@@ -17,6 +17,7 @@ export GOFLAGS ?= -buildvcs=false -tags=nri_no_wasm
 include e2e/tools/tools.mk
 include deploy/images.mk
 include e2e/cluster/cluster.mk
+include e2e/injbench/injbench.mk
 
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
