@@ -1,0 +1,142 @@
+// Command nvinject-demo is `make demo`: it brings up a real single-node
+// Kubernetes (e2e/localnode) whose only simulated part is the GPU (a
+// SIMULATED A100 80GB), deploys nvinject with kubectl apply -k, runs the vLLM
+// stand-in on the GPU, prints the seed's evidence, each piece after the
+// command that produced it, and tears the node down (-keep leaves it up).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/nvinject/nvinject/e2e/localnode"
+	"github.com/nvinject/nvinject/e2e/simnode"
+)
+
+type config struct {
+	repo, bin, tools, runDir string
+	keep                     bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.repo, "repo", ".", "nvinject checkout")
+	flag.StringVar(&c.bin, "bin", "bin", "nvinject programs (`make build`)")
+	flag.StringVar(&c.tools, "tools-bin", os.Getenv("NVINJECT_TOOLS_BIN"), "pinned node programs (`make tools`)")
+	flag.StringVar(&c.runDir, "run-dir", "/tmp/nvinject-demo", "the node's run dir (keep it short: unix socket paths)")
+	flag.BoolVar(&c.keep, "keep", os.Getenv("KEEP") == "1", "leave the node up (KEEP=1)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, c, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nvinject-demo:", err)
+		os.Exit(1)
+	}
+}
+
+// phases records how long each step took.
+type phases struct {
+	out   io.Writer
+	names []string
+	took  []time.Duration
+}
+
+func (p *phases) do(name string, f func() error) error {
+	fmt.Fprintf(p.out, "\n### %s\n", name)
+	t0 := time.Now()
+	err := f()
+	p.names, p.took = append(p.names, name), append(p.took, time.Since(t0))
+	return err
+}
+
+func (p *phases) print(total time.Duration) {
+	fmt.Fprintf(p.out, "\n== timings ==\n")
+	for i, n := range p.names {
+		fmt.Fprintf(p.out, "  %-28s %8s\n", n, p.took[i].Round(10*time.Millisecond))
+	}
+	fmt.Fprintf(p.out, "  %-28s %8s\n", "total", total.Round(10*time.Millisecond))
+}
+
+func run(ctx context.Context, c config, out io.Writer) (err error) {
+	for _, p := range []*string{&c.repo, &c.bin} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", *p, err)
+		}
+		*p = abs
+	}
+	if c.tools == "" {
+		return fmt.Errorf("no tools bin: run `make tools` and pass -tools-bin (or NVINJECT_TOOLS_BIN)")
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the local node needs root (mounts, cgroups, runc)")
+	}
+	if err := simnode.CheckNoOtherNode(c.runDir); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	start := time.Now()
+	p := &phases{out: out}
+	fmt.Fprintln(out, "nvinject demo: a real single-node Kubernetes (kubelet, API server, containerd, runc) on this machine.")
+	fmt.Fprintln(out, "SIMULATED: the GPU. NVML is sim:a100-80gb (go-nvml's DGX A100 mock, deterministic UUIDs) and nvidia-smi")
+	fmt.Fprintln(out, "is nvidia-smi-sim in a simulated driver root; the vLLM server is a stand-in that does no inference.")
+
+	node := localnode.New(localnode.WithRunDir(c.runDir), localnode.WithToolsBin(c.tools), localnode.WithLogger(log),
+		localnode.WithContainerdDropIn(filepath.Join(c.repo, "deploy", "containerd", "nvinject.toml")),
+		localnode.WithPauseBinary(filepath.Join(c.bin, "pause")), localnode.WithTimeout(2*time.Minute))
+	defer func() {
+		if c.keep {
+			fmt.Fprintf(out, "\nThe node is still up (KEEP=1). Use it with:\n  %s --kubeconfig %s get pods -A\nTake it down with:\n  %s down -run-dir %s && umount %s && rm -r %s\n",
+				filepath.Join(c.tools, "kubectl"), node.Kubeconfig(), filepath.Join(c.bin, "nvinject-localnode"), c.runDir,
+				simnode.DriverRoot, simnode.DriverRoot)
+			p.print(time.Since(start))
+			return
+		}
+		derr := p.do("tear down", func() error {
+			return errors.Join(node.Down(context.Background()), simnode.RemoveDriverRoot())
+		})
+		if derr != nil && err == nil {
+			err = fmt.Errorf("tear down (logs kept in %s/logs): %w", c.runDir, derr)
+		}
+		p.print(time.Since(start))
+	}()
+	if err := p.do("node up (etcd, API server, scheduler, controller-manager, containerd, kubelet)", func() error { return node.Up(ctx) }); err != nil {
+		return err
+	}
+	d, err := simnode.New(node, simnode.WithRepoRoot(c.repo), simnode.WithBinDir(c.bin), simnode.WithToolsBin(c.tools), simnode.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	if err := p.do("images (OCI archives, imported into containerd)", func() error { return d.ImportImages(ctx) }); err != nil {
+		return err
+	}
+	var dep simnode.Deployment
+	if err := p.do("deploy nvinject (kubectl apply -k, DaemonSets Ready, GPU published)", func() (err error) {
+		dep, err = d.Deploy(ctx, simnode.GPUs{NVML: simnode.DefaultNVML})
+		return err
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "  applied %s/kustomization.yaml (base deploy/overlays/local-sim); selected GPU %s\n", dep.Kustomization, dep.UUID)
+	var ip, pod string
+	if err := p.do("vLLM stand-in (kubectl apply -k e2e/simnode/vllm, pod Ready)", func() error {
+		pd, err := d.RunVLLM(ctx, 3*time.Minute)
+		if err == nil {
+			ip, pod = pd.Status.PodIP, pd.Name
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	return p.do("evidence", func() error { return evidence(ctx, d, dep, pod, ip, shell{out: out}) })
+}

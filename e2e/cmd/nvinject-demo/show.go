@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/nvinject/nvinject/e2e/simnode"
+)
+
+// evidence prints the seed's checks (GPU 状态检查) for the deployed node.
+func evidence(ctx context.Context, d *simnode.Deployer, dep simnode.Deployment, pod, ip string, sh shell) error {
+	k := d.Kube()
+	node := d.Node()
+	kubectl := k.KubectlArgs
+	sh.section("worker GPU list (SIMULATED host view of nvidia-smi; the seed's `docker exec <worker> nvidia-smi`)")
+	if _, err := sh.run(ctx, append(d.HostSMICommand(), "--query-gpu=index,uuid,name,mig.mode.current", "--format=csv,noheader")...); err != nil {
+		return err
+	}
+	sh.note("selected GPU (ConfigMap single-gpu-device-plugin, selected-gpu-uuid): %s", dep.UUID)
+
+	sh.section("device plugin DaemonSet and its kubelet socket")
+	if _, err := sh.run(ctx, kubectl("get", "daemonset", simnode.DevicePlugin, "-n", simnode.Namespace, "-o", "wide")...); err != nil {
+		return err
+	}
+	if _, err := sh.run(ctx, "ls", "-l", "/var/lib/kubelet/device-plugins"); err != nil {
+		return err
+	}
+
+	sh.section("Node capacity / allocatable")
+	if _, err := sh.run(ctx, kubectl("get", "node", node.Name(), "-o",
+		`jsonpath={"capacity: "}{.status.capacity.nvidia\.com/gpu}{"\nallocatable: "}{.status.allocatable.nvidia\.com/gpu}{"\n"}`)...); err != nil {
+		return err
+	}
+
+	sh.section("the vLLM pod: node, RuntimeClass, GPU requests/limits")
+	if _, err := sh.run(ctx, kubectl("get", "pod", pod, "-n", "default", "-o",
+		`jsonpath={"node: "}{.spec.nodeName}{"\nruntimeClassName: "}{.spec.runtimeClassName}{"\nrequests: "}{.spec.containers[0].resources.requests}{"\nlimits: "}{.spec.containers[0].resources.limits}{"\n"}`)...); err != nil {
+		return err
+	}
+
+	sh.section("CDI spec written by the device plugin (the node's CDI dir)")
+	if _, err := sh.run(ctx, "find", node.CDIDir(), "-maxdepth", "1", "-type", "f", "-print"); err != nil {
+		return err
+	}
+	if _, err := sh.run(ctx, d.Bin("nvinject-cdi"), "list", "--spec-dir="+node.CDIDir()); err != nil {
+		return err
+	}
+
+	sh.section("the GPU inside the container")
+	got, err := sh.run(ctx, kubectl("exec", "-n", "default", pod, "--", "nvidia-smi", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader")...)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], dep.UUID+",") {
+		sh.note("MISMATCH: the container sees %q, the selected GPU is %s", strings.TrimSpace(got), dep.UUID)
+		return fmt.Errorf("the container does not see exactly the selected GPU %s", dep.UUID)
+	}
+	sh.note("MATCH: the container sees exactly the selected GPU %s", dep.UUID)
+
+	sh.section("one completion from the vLLM stand-in (SIMULATED: no inference; it reports the GPU it found)")
+	if _, err := sh.run(ctx, "curl", "-sS", "--max-time", "10", "http://"+ip+":8000/v1/completions",
+		"-H", "Content-Type: application/json", "-d", simnode.CompletionRequest); err != nil {
+		return err
+	}
+
+	sh.section("nvinject-doctor (each layer of the GPU chain)")
+	dp, err := d.MetricsURL(ctx, simnode.DevicePlugin)
+	if err != nil {
+		return err
+	}
+	nri, err := d.MetricsURL(ctx, simnode.NRIPlugin)
+	if err != nil {
+		return err
+	}
+	_, err = sh.run(ctx, d.Bin("nvinject-doctor"), "--kubeconfig", k.Kubeconfig, "--node", node.Name(),
+		"--cdi-spec-dir", strings.Join(d.CDISpecDirs(), ","), "--containerd-config", node.ContainerdConfig(),
+		"--nvidia-smi", strings.Join(d.HostSMICommand(), " "), "--device-plugin-metrics", dp, "--nri-metrics", nri)
+	return err
+}

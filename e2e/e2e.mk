@@ -1,0 +1,14 @@
+# Included by the root Makefile (after e2e/tools/tools.mk, which sets
+# NVINJECT_TOOLS_BIN). Both targets need root.
+
+# make demo: a real single-node Kubernetes with a SIMULATED A100, nvinject
+# deployed with kubectl apply -k, the vLLM stand-in, the seed's evidence;
+# KEEP=1 leaves the node up and prints the kubectl line to use.
+.PHONY: demo
+demo: build tools
+	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) $(if $(filter 1,$(KEEP)),-keep)
+
+# make e2e: the scenarios and doctor fault tests on one shared node.
+.PHONY: e2e
+e2e: build tools
+	NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m $(MODULE)/e2e/scenarios/

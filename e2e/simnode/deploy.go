@@ -1,0 +1,130 @@
+package simnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// GPUs says what the simulated node has and which GPU it publishes.
+type GPUs struct {
+	// NVML is the simulated node, sim:a100-80gb or sim:a100-80gb*N.
+	NVML string
+	// Selected is the index (host nvidia-smi) of the one GPU published.
+	Selected int
+}
+
+// Deployment is what Deploy installed.
+type Deployment struct {
+	GPUs
+	// UUID is the selected GPU's UUID, from the host's nvidia-smi.
+	UUID string
+	// Kustomization is the directory applied with kubectl apply -k.
+	Kustomization string
+}
+
+// Deploy writes the driver root for g, applies nvinject with the selected GPU
+// and waits until both DaemonSets are Ready and the node publishes one GPU.
+func (d *Deployer) Deploy(ctx context.Context, g GPUs) (Deployment, error) {
+	if g.NVML == "" {
+		g.NVML = DefaultNVML
+	}
+	if err := d.WriteDriverRoot(ctx, g.NVML); err != nil {
+		return Deployment{}, err
+	}
+	gpus, err := d.HostGPUs(ctx)
+	if err != nil {
+		return Deployment{}, err
+	}
+	if g.Selected < 0 || g.Selected >= len(gpus) {
+		return Deployment{}, fmt.Errorf("select GPU %d: the simulated host (%s) has %d GPUs", g.Selected, g.NVML, len(gpus))
+	}
+	dep := Deployment{GPUs: g, UUID: gpus[g.Selected].UUID, Kustomization: filepath.Join(d.node.RunDir(), "deploy", "nvinject")}
+	if err := d.writeKustomization(dep); err != nil {
+		return Deployment{}, err
+	}
+	if _, err := d.kube.Kubectl(ctx, "", "apply", "-k", dep.Kustomization); err != nil {
+		return Deployment{}, fmt.Errorf("apply nvinject (%s): %w", dep.Kustomization, err)
+	}
+	d.log.Info("nvinject applied", "kustomization", dep.Kustomization, "nvml", g.NVML, "selected", dep.UUID)
+	if err := d.WaitReady(ctx, dep.UUID, 3*time.Minute); err != nil {
+		return Deployment{}, err
+	}
+	return dep, nil
+}
+
+// writeKustomization writes the local node's overlay of deploy/overlays/local-sim:
+// the node's own NRI socket, CDI dir and pod-resources dir, the selected GPU
+// and, for a bigger simulated node, its NVML.
+func (d *Deployer) writeKustomization(dep Deployment) error {
+	// kustomize takes bases only by relative path.
+	base, err := filepath.Rel(dep.Kustomization, filepath.Join(d.repo, "deploy", "overlays", "local-sim"))
+	if err != nil {
+		return fmt.Errorf("locate deploy/overlays/local-sim from %s: %w", dep.Kustomization, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Written by e2e/simnode: deploy/overlays/local-sim on the local node %s.
+# Only the node's layout (run dir %s) and the selected GPU differ.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: %s, namespace: %s}
+      spec:
+        template:
+          spec:
+            volumes:
+              - name: cdi-specs
+                hostPath: {path: %s, type: DirectoryOrCreate}
+  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: %s, namespace: %s}
+      spec:
+        template:
+          spec:
+            volumes:
+              - name: nri-socket
+                hostPath: {path: %s, type: Socket}
+              - name: cdi-specs
+                hostPath: {path: %s, type: DirectoryOrCreate}
+              - name: pod-resources
+                hostPath: {path: %s, type: Directory}
+  - patch: |-
+      apiVersion: v1
+      kind: ConfigMap
+      metadata: {name: %s, namespace: %s}
+      data: {selected-gpu-uuid: %s}
+`, d.node.Name(), d.node.RunDir(), base,
+		DevicePlugin, Namespace, d.node.CDIDir(),
+		NRIPlugin, Namespace, d.node.NRISocket(), d.node.CDIDir(), d.node.PodResourcesDir(),
+		DevicePlugin, Namespace, dep.UUID)
+	if dep.NVML != DefaultNVML {
+		// Both daemons read the same simulated inventory; the test ops fail the
+		// build if local-sim's argument order changes.
+		fmt.Fprintf(&b, `  - target: {kind: DaemonSet, name: %s}
+    patch: |-
+      - {op: test, path: /spec/template/spec/containers/0/args/0, value: --nvml=%s}
+      - {op: replace, path: /spec/template/spec/containers/0/args/0, value: --nvml=%s}
+  - target: {kind: DaemonSet, name: %s}
+    patch: |-
+      - {op: test, path: /spec/template/spec/containers/0/args/8, value: --nvml=%s}
+      - {op: replace, path: /spec/template/spec/containers/0/args/8, value: --nvml=%s}
+`, DevicePlugin, DefaultNVML, dep.NVML, NRIPlugin, DefaultNVML, dep.NVML)
+	}
+	if err := os.MkdirAll(dep.Kustomization, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dep.Kustomization, err)
+	}
+	path := filepath.Join(dep.Kustomization, "kustomization.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package simnode
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// WriteDriverRoot writes the SIMULATED driver root for nvml (sim:a100-80gb[*N])
+// at DriverRoot, with nvidia-smi-sim as its nvidia-smi, and makes it a shared
+// mount (see shareDriverRoot).
+func (d *Deployer) WriteDriverRoot(ctx context.Context, nvml string) error {
+	if err := os.MkdirAll(DriverRoot, 0o755); err != nil {
+		return fmt.Errorf("create simulated driver root %s: %w", DriverRoot, err)
+	}
+	// Empty it in place: it may be the mount point shareDriverRoot made.
+	entries, err := os.ReadDir(DriverRoot)
+	if err != nil {
+		return fmt.Errorf("read simulated driver root %s: %w", DriverRoot, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(DriverRoot, e.Name())); err != nil {
+			return fmt.Errorf("empty simulated driver root %s: %w", DriverRoot, err)
+		}
+	}
+	out, err := exec.CommandContext(ctx, d.Bin("nvinject-cdi"), "simulate-driver-root", "--nvml="+nvml,
+		"--smi="+d.Bin("nvidia-smi-sim"), DriverRoot).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("write simulated driver root %s: %w: %s; run `make build`", DriverRoot, err, out)
+	}
+	d.log.Info("simulated driver root written", "dir", DriverRoot, "nvml", nvml)
+	return shareDriverRoot()
+}
+
+// shareDriverRoot bind-mounts DriverRoot onto itself as a shared mount. The
+// device plugin mounts it with HostToContainer propagation, which containerd
+// allows only from a shared or slave mount; a systemd host's / is shared, this
+// kind of machine's / is private.
+func shareDriverRoot() error {
+	mounted, err := isMountPoint(DriverRoot)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		if err := syscall.Mount(DriverRoot, DriverRoot, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mount %s onto itself: %w", DriverRoot, err)
+		}
+	}
+	if err := syscall.Mount("", DriverRoot, "", syscall.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", DriverRoot, err)
+	}
+	return nil
+}
+
+// RemoveDriverRoot unmounts and removes the simulated driver root.
+func RemoveDriverRoot() error {
+	mounted, err := isMountPoint(DriverRoot)
+	if err != nil {
+		return err
+	}
+	if mounted {
+		if err := syscall.Unmount(DriverRoot, syscall.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", DriverRoot, err)
+		}
+	}
+	if err := os.RemoveAll(DriverRoot); err != nil {
+		return fmt.Errorf("remove %s: %w", DriverRoot, err)
+	}
+	return nil
+}
+
+func isMountPoint(dir string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		// Field 5 is the mount point.
+		if fields := strings.Fields(s.Text()); len(fields) > 4 && fields[4] == dir {
+			return true, nil
+		}
+	}
+	if err := s.Err(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return false, fmt.Errorf("read mounts: %w", err)
+	}
+	return false, nil
+}
