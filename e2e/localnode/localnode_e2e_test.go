@@ -112,6 +112,13 @@ func TestLocalNode(t *testing.T) {
 	}
 	kubectl("", "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/busybox", "--timeout=120s")
 	t.Logf("pod Succeeded %s after creation", time.Since(podStart).Round(time.Millisecond))
+	// The nvidia RuntimeClass handler (from the deploy drop-in, or the harness fallback)
+	// must run pods too.
+	kubectl(nvidiaManifest, "apply", "-f", "-")
+	kubectl("", "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/busybox-nvidia", "--timeout=120s")
+	if logs := kubectl("", "logs", "pod/busybox-nvidia"); !strings.Contains(logs, marker) {
+		t.Errorf("nvidia-handler pod log = %q, want %q", logs, marker)
+	}
 	if logs := kubectl("", "logs", "pod/busybox"); !strings.Contains(logs, marker+" Linux") {
 		t.Errorf("pod log = %q, want %q", logs, marker+" Linux")
 	}
@@ -156,4 +163,26 @@ spec:
     image: ` + glibcImage + `
     imagePullPolicy: Never
     command: ["/bin/ls", "/bin"]
+`
+
+const nvidiaManifest = `apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: nvidia
+handler: nvidia
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: busybox-nvidia
+  namespace: default
+spec:
+  runtimeClassName: nvidia
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: busybox
+    image: ` + busyboxImage + `
+    imagePullPolicy: Never
+    command: ["/bin/busybox", "echo", "` + marker + `"]
 `
