@@ -86,7 +86,7 @@ if ((todo == 0)); then
 	exit 0
 fi
 log "building $todo of $total binaries into $bin"
-log "a first build takes ~20 min on 2 cores (cold Go caches); later builds relink in seconds"
+log "a first build takes ~20 min on 2 cores (cold Go caches; longer while other builds run); later builds relink in seconds"
 ensure_packages
 mkdir -p "$bin"
 stage=$(mktemp -d "$cache_root/.build-XXXXXX")
