@@ -256,7 +256,7 @@ func TestHostPaths(t *testing.T) {
 				{b.driverRoot, driverType, "/driver-root", true, corev1.MountPropagationHostToContainer},
 			},
 			nri: {
-				{"/var/run/nri/nri.sock", corev1.HostPathSocket, "/var/run/nri/nri.sock", false, ""},
+				{"/var/run/nri", corev1.HostPathDirectory, "/var/run/nri", false, ""},
 				{"/var/run/cdi", corev1.HostPathDirectoryOrCreate, "/var/run/cdi", true, ""},
 				{"/etc/cdi", corev1.HostPathDirectoryOrCreate, "/etc/cdi", true, ""},
 				{"/var/lib/kubelet/pod-resources", corev1.HostPathDirectory, "/var/lib/kubelet/pod-resources", true, ""},
