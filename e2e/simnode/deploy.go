@@ -92,7 +92,7 @@ patches:
           spec:
             volumes:
               - name: nri-socket
-                hostPath: {path: %s, type: Socket}
+                hostPath: {path: %s, type: Directory}
               - name: cdi-specs
                 hostPath: {path: %s, type: DirectoryOrCreate}
               - name: pod-resources
@@ -104,7 +104,7 @@ patches:
       data: {selected-gpu-uuid: %s}
 `, d.node.Name(), d.node.RunDir(), base,
 		DevicePlugin, Namespace, d.node.CDIDir(),
-		NRIPlugin, Namespace, d.node.NRISocket(), d.node.CDIDir(), d.node.PodResourcesDir(),
+		NRIPlugin, Namespace, filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
 		DevicePlugin, Namespace, dep.UUID)
 	if dep.NVML != DefaultNVML {
 		// Both daemons read the same simulated inventory; the test ops fail the

@@ -1,0 +1,97 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nvinject/nvinject/e2e/localnode"
+	"github.com/nvinject/nvinject/e2e/simnode"
+)
+
+// runDir is short on purpose: unix socket paths stay under ~100 bytes.
+const runDir = "/tmp/nvinject-scn"
+
+// suite is the shared node; nil with skipWhy set when the tests cannot run.
+var (
+	suite   *simnode.Deployer
+	dep     simnode.Deployment
+	skipWhy string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	start := time.Now()
+	defer func() { fmt.Printf("scenarios: suite total %s\n", time.Since(start).Round(time.Millisecond)) }()
+	tools := os.Getenv("NVINJECT_TOOLS_BIN")
+	repo, _ := filepath.Abs("../..")
+	bin := os.Getenv("NVINJECT_BIN")
+	if bin == "" {
+		bin = filepath.Join(repo, "bin")
+	}
+	switch {
+	case tools == "":
+		skipWhy = "NVINJECT_TOOLS_BIN is unset: run `make e2e` (or `make tools` and export its bin dir) to run the local-node scenarios"
+	case os.Geteuid() != 0:
+		skipWhy = "the local node needs root (mounts, cgroups, runc)"
+	default:
+		if _, err := os.Stat(filepath.Join(bin, "nvinject-device-plugin")); err != nil {
+			skipWhy = fmt.Sprintf("nvinject programs missing in %s: run `make build` (or set NVINJECT_BIN): %v", bin, err)
+		} else if err := simnode.CheckNoOtherNode(runDir); err != nil {
+			skipWhy = err.Error()
+		}
+	}
+	if skipWhy != "" {
+		fmt.Println("scenarios: skipping:", skipWhy)
+		return m.Run()
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	node := localnode.New(localnode.WithRunDir(runDir), localnode.WithToolsBin(tools), localnode.WithLogger(log),
+		localnode.WithContainerdDropIn(filepath.Join(repo, "deploy", "containerd", "nvinject.toml")),
+		localnode.WithPauseBinary(filepath.Join(bin, "pause")), localnode.WithTimeout(2*time.Minute))
+	defer func() {
+		if err := errors.Join(node.Down(context.Background()), simnode.RemoveDriverRoot()); err != nil {
+			fmt.Println("scenarios: tear down:", err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	if err := node.Up(ctx); err != nil {
+		fmt.Println("scenarios: node up:", err)
+		return 1
+	}
+	fmt.Printf("scenarios: node up in %s\n", time.Since(t0).Round(time.Millisecond))
+	d, err := simnode.New(node, simnode.WithRepoRoot(repo), simnode.WithBinDir(bin), simnode.WithToolsBin(tools), simnode.WithLogger(log))
+	if err == nil {
+		err = d.ImportImages(ctx)
+	}
+	if err == nil {
+		t0 = time.Now()
+		dep, err = d.Deploy(ctx, simnode.GPUs{NVML: simnode.DefaultNVML})
+	}
+	if err != nil {
+		fmt.Println("scenarios: deploy nvinject:", err)
+		return 1
+	}
+	fmt.Printf("scenarios: nvinject deployed in %s, selected GPU %s\n", time.Since(t0).Round(time.Millisecond), dep.UUID)
+	suite = d
+	return m.Run()
+}
+
+// need returns the shared node or skips t.
+func need(t *testing.T) *simnode.Deployer {
+	t.Helper()
+	if suite == nil {
+		t.Skip(skipWhy)
+	}
+	return suite
+}

@@ -1,0 +1,206 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/nvinject/nvinject/e2e/simnode"
+)
+
+const ns = "default"
+
+// podSpec says how a test pod differs from a plain busybox pod.
+type podSpec struct {
+	gpu          bool // limits nvidia.com/gpu: 1
+	runtimeClass bool // runtimeClassName: nvidia, with the required-plugins annotation
+	annotations  map[string]string
+}
+
+// gpuPod is what an application asking for one GPU looks like.
+var gpuPod = podSpec{gpu: true, runtimeClass: true}
+
+// createPod creates a busybox pod that sleeps, and deletes it when t ends.
+func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
+	t.Helper()
+	d := need(t)
+	ann := map[string]string{}
+	for k, v := range s.annotations {
+		ann[k] = v
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"nvinject-e2e": "true"}, Annotations: ann},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			Containers: []corev1.Container{{
+				Name: "main", Image: simnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				// sh as PID 1 ignores SIGTERM; the zero grace period kills it.
+				Command: []string{"/bin/sh", "-c", "sleep 3600"},
+			}},
+		},
+	}
+	if s.gpu {
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{simnode.Resource: resource.MustParse("1")}
+	}
+	if s.runtimeClass {
+		rc := "nvidia"
+		pod.Spec.RuntimeClassName = &rc
+		ann[simnode.RequiredPluginsAnnotation] = `["nvinject"]`
+	}
+	if _, err := d.Kube().Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	t.Cleanup(func() { deletePod(t, name) })
+}
+
+// deletePod deletes a pod at once and waits until it is gone, so the GPU is free again.
+func deletePod(t *testing.T, name string) {
+	t.Helper()
+	d := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pods := d.Kube().Client.CoreV1().Pods(ns)
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("delete pod %s: %v", name, err)
+		return
+	}
+	err := simnode.Poll(ctx, 300*time.Millisecond, func(ctx context.Context) error {
+		_, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("pod %s still exists (%v)", name, err)
+	})
+	if err != nil {
+		t.Errorf("pod %s not gone: %v", name, err)
+	}
+}
+
+// waitPod polls pod name until cond accepts it.
+func waitPod(t *testing.T, ctx context.Context, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	d := need(t)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last *corev1.Pod
+	err := simnode.Poll(ctx, 300*time.Millisecond, func(ctx context.Context) error {
+		p, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		last = p
+		if !cond(p) {
+			return fmt.Errorf("pod %s is not %s", name, what)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s: %v; status %s", name, err, describe(last))
+	}
+	return last
+}
+
+func running(p *corev1.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running == nil {
+			return false
+		}
+	}
+	return p.Status.Phase == corev1.PodRunning
+}
+
+// waitingReason returns the first container's waiting reason and message.
+func waitingReason(p *corev1.Pod) (string, string) {
+	for _, c := range p.Status.ContainerStatuses {
+		if w := c.State.Waiting; w != nil {
+			return w.Reason, w.Message
+		}
+	}
+	return "", ""
+}
+
+func createError(p *corev1.Pod) bool {
+	r, _ := waitingReason(p)
+	return r == "CreateContainerError"
+}
+
+func describe(p *corev1.Pod) string {
+	if p == nil {
+		return "<none>"
+	}
+	r, m := waitingReason(p)
+	return fmt.Sprintf("phase=%s node=%q waiting=%s %s", p.Status.Phase, p.Spec.NodeName, r, m)
+}
+
+// waitEvent waits for an event about pod name with reason whose message contains text.
+func waitEvent(t *testing.T, ctx context.Context, name, reason, text string) string {
+	t.Helper()
+	d := need(t)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var msg string
+	err := simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
+		evs, err := d.Kube().Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String()})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, text) {
+				msg = e.Message
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event for %s containing %q (%d %s events)", reason, name, text, len(evs.Items), reason)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// containerGPUs runs nvidia-smi in pod name and returns its GPU UUIDs.
+func containerGPUs(t *testing.T, ctx context.Context, name string) []string {
+	t.Helper()
+	out, err := need(t).Kube().Exec(ctx, ns, name, "", "nvidia-smi", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader")
+	if err != nil {
+		t.Fatalf("nvidia-smi in %s: %v", name, err)
+	}
+	var uuids []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		uuid, _, _ := strings.Cut(line, ",")
+		uuids = append(uuids, uuid)
+	}
+	return uuids
+}
+
+// waitAllocatable waits until the node's GPU capacity and allocatable are as given.
+func waitAllocatable(t *testing.T, ctx context.Context, capacity, allocatable int64, timeout time.Duration) time.Duration {
+	t.Helper()
+	d := need(t)
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := simnode.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
+		c, a, err := d.NodeGPUs(ctx)
+		if err != nil {
+			return err
+		}
+		if c != capacity || a != allocatable {
+			return fmt.Errorf("capacity %d allocatable %d, want %d and %d", c, a, capacity, allocatable)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("node %s: %v", d.Node().Name(), err)
+	}
+	return time.Since(t0)
+}
