@@ -18,6 +18,7 @@ include e2e/tools/tools.mk
 include deploy/images.mk
 include e2e/cluster/cluster.mk
 include e2e/injbench/injbench.mk
+include e2e/e2e.mk
 
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
