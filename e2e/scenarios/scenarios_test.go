@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvinject/nvinject/e2e/simnode"
 )
@@ -117,9 +118,12 @@ func TestKubeletRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	took := waitAllocatable(t, ctx, 1, 1, 30*time.Second)
+	if err := d.WaitKubeletAllocatable(ctx, dep.UUID, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitAllocatable(t, ctx, 1, 1, 30*time.Second)
 	total := time.Since(t0)
-	t.Logf("re-registered; capacity/allocatable 1 %s after kubelet was up, %s after the restart began", took.Round(time.Millisecond), total.Round(time.Millisecond))
+	t.Logf("re-registered; kubelet offers %s again and Node allocatable is 1, %s after the restart began", dep.UUID, total.Round(time.Millisecond))
 	if total > 30*time.Second {
 		t.Errorf("capacity took %s to come back, want seconds", total)
 	}
@@ -138,13 +142,34 @@ func TestKubeletRestart(t *testing.T) {
 	if !strings.Contains(m, `uuid="`+dep.UUID+`"} 1`) {
 		t.Errorf("GPU %s not healthy after the kubelet restart", dep.UUID)
 	}
-	// Node status may still carry the old capacity; an allocation proves the
-	// restarted kubelet's device manager has the plugin again.
-	createPod(t, ctx, "gpu-after-kubelet", gpuPod)
-	waitPod(t, ctx, "gpu-after-kubelet", 2*time.Minute, "Running", running)
-	if got := containerGPUs(t, ctx, "gpu-after-kubelet"); !slices.Equal(got, []string{dep.UUID}) {
+	// An allocation proves the restarted kubelet's device manager has the
+	// plugin again. A Deployment, as users run GPU apps: kubelet may reject
+	// a pod admitted in its first seconds (UnexpectedAdmissionError, from
+	// checkpointed allocations of deleted pods it has not yet cleaned up),
+	// and the ReplicaSet replaces it.
+	pod, err := d.RunVLLM(ctx, 2*time.Minute)
+	t.Cleanup(func() {
+		if err := d.DeleteVLLM(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := containerGPUs(t, ctx, pod.Name); !slices.Equal(got, []string{dep.UUID}) {
 		t.Errorf("pod after the kubelet restart sees %v, want %s", got, dep.UUID)
 	}
+	pods, err := d.Kube().Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: simnode.VLLMSelector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := 0
+	for _, p := range pods.Items {
+		if p.Status.Reason == "UnexpectedAdmissionError" {
+			rejected++
+		}
+	}
+	t.Logf("vLLM stand-in Ready on %s after the kubelet restart; kubelet rejected %d earlier pod(s) with UnexpectedAdmissionError", dep.UUID, rejected)
 }
 
 // (c) On a simulated 8-GPU node only the selected GPU (index 5) is published,

@@ -19,7 +19,8 @@ const (
 )
 
 // WaitReady waits until both DaemonSets have rolled out and are Ready, the
-// device plugin reports uuid healthy, and the Node publishes exactly one GPU.
+// device plugin reports uuid healthy, the Node publishes exactly one GPU and
+// kubelet's device manager offers uuid.
 func (d *Deployer) WaitReady(ctx context.Context, uuid string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -45,6 +46,9 @@ func (d *Deployer) WaitReady(ctx context.Context, uuid string, timeout time.Dura
 		}
 		return nil
 	})
+	if err == nil {
+		err = d.WaitKubeletAllocatable(ctx, uuid, timeout)
+	}
 	if err != nil {
 		return fmt.Errorf("nvinject did not publish GPU %s: %w; see the device plugin's log (kubectl -n %s logs ds/%s)", uuid, err, Namespace, DevicePlugin)
 	}

@@ -23,6 +23,9 @@ func evidence(ctx context.Context, d *simnode.Deployer, dep simnode.Deployment, 
 	if _, err := sh.run(ctx, kubectl("get", "daemonset", simnode.DevicePlugin, "-n", simnode.Namespace, "-o", "wide")...); err != nil {
 		return err
 	}
+	if _, err := sh.run(ctx, kubectl("logs", "-n", simnode.Namespace, "daemonset/"+simnode.DevicePlugin, "--tail=6")...); err != nil {
+		return err
+	}
 	if _, err := sh.run(ctx, "ls", "-l", "/var/lib/kubelet/device-plugins"); err != nil {
 		return err
 	}
@@ -58,6 +61,10 @@ func evidence(ctx context.Context, d *simnode.Deployer, dep simnode.Deployment, 
 		return fmt.Errorf("the container does not see exactly the selected GPU %s", dep.UUID)
 	}
 	sh.note("MATCH: the container sees exactly the selected GPU %s", dep.UUID)
+	if _, err := sh.run(ctx, kubectl("logs", "-n", simnode.Namespace, "daemonset/"+simnode.NRIPlugin, "--tail=2")...); err != nil {
+		return err
+	}
+	sh.note("nvinject-nri checked the UUID it injected against kubelet's allocation (PodResources) before runc started the container")
 
 	sh.section("one completion from the vLLM stand-in (SIMULATED: no inference; it reports the GPU it found)")
 	if _, err := sh.run(ctx, "curl", "-sS", "--max-time", "10", "http://"+ip+":8000/v1/completions",

@@ -1,0 +1,58 @@
+package simnode
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvinject/nvinject/e2e/localnode"
+)
+
+// TestKustomizationPatchesOnlyTheNodeLayout builds the written kustomization
+// with the pinned kubectl and checks the node's paths, the selected GPU and
+// the 8-GPU NVML land on the right objects.
+func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
+	tools := os.Getenv("NVINJECT_TOOLS_BIN")
+	if tools == "" {
+		t.Skip("NVINJECT_TOOLS_BIN is unset: run `make tools` to build kubectl")
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := t.TempDir()
+	node := localnode.New(localnode.WithRunDir(run))
+	d := &Deployer{node: node, repo: repo}
+	const uuid = "GPU-00000000-0000-0000-0000-000000000005"
+	dep := Deployment{GPUs: GPUs{NVML: "sim:a100-80gb*8", Selected: 5}, UUID: uuid, Kustomization: filepath.Join(run, "deploy", "nvinject")}
+	if err := d.writeKustomization(dep); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(tools, "kubectl"), "kustomize", dep.Kustomization).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
+	}
+	y := string(out)
+	for _, want := range []string{
+		"selected-gpu-uuid: " + uuid,
+		"path: " + node.CDIDir(),
+		"path: " + filepath.Dir(node.NRISocket()),
+		"path: " + node.PodResourcesDir(),
+		"path: " + DriverRoot,
+		"path: /var/lib/kubelet/device-plugins",
+		"image: " + DevicePluginImage,
+		"image: " + NRIImage,
+	} {
+		if !strings.Contains(y, want) {
+			t.Errorf("rendered kustomization lacks %q", want)
+		}
+	}
+	if n := strings.Count(y, "--nvml=sim:a100-80gb*8"); n != 2 {
+		t.Errorf("--nvml=sim:a100-80gb*8 appears %d times, want once per DaemonSet", n)
+	}
+	if strings.Contains(y, "path: /var/run/nri") || strings.Contains(y, "path: /var/run/cdi") || strings.Contains(y, "path: /var/lib/kubelet/pod-resources") {
+		t.Errorf("host paths of a real node remain:\n%s", y)
+	}
+}
