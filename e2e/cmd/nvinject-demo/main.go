@@ -60,11 +60,15 @@ func (p *phases) do(name string, f func() error) error {
 }
 
 func (p *phases) print(total time.Duration) {
+	w := len("total")
+	for _, n := range p.names {
+		w = max(w, len(n))
+	}
 	fmt.Fprintf(p.out, "\n== timings ==\n")
 	for i, n := range p.names {
-		fmt.Fprintf(p.out, "  %-28s %8s\n", n, p.took[i].Round(10*time.Millisecond))
+		fmt.Fprintf(p.out, "  %-*s %9s\n", w, n, p.took[i].Round(10*time.Millisecond))
 	}
-	fmt.Fprintf(p.out, "  %-28s %8s\n", "total", total.Round(10*time.Millisecond))
+	fmt.Fprintf(p.out, "  %-*s %9s\n", w, "total", total.Round(10*time.Millisecond))
 }
 
 func run(ctx context.Context, c config, out io.Writer) (err error) {
