@@ -32,9 +32,16 @@ build: ## build every binary into bin/
 	$(GO) build -o $(BIN)/ $(CMDS)
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/nvidia-smi-sim $(MODULE)/cdi/cmd/nvidia-smi-sim
 
+# Node-level packages (a real kubelet/containerd each) run one at a time:
+# kubelet's device-plugin dir and the node's ports are machine-wide. The
+# doctor's fault tests run on the local node here; the GPU scenarios are
+# `make e2e`.
+NODE_PKGS := $(MODULE)/e2e/localnode $(MODULE)/e2e/cmd/nvinject-injbench
 .PHONY: test
-test: tools ## unit and integration tests (real gRPC, real NRI adaptation, real containerd)
-	$(GO) test -count=1 $(MODULE)/...
+test: tools build ## unit, integration and local-node tests
+	$(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v -e '/e2e/scenarios$$' -e '/e2e/localnode$$' -e '/e2e/cmd/nvinject-injbench$$')
+	$(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
+	NVINJECT_BIN=$(BIN) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/
 
 .PHONY: lint
 lint: ## gofmt and go vet over the workspace

@@ -123,12 +123,12 @@ func (s *server) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	text := fmt.Sprintf(" [vLLM stand-in, SIMULATED: no inference ran] on %s (%s)", s.gpus[0].UUID, s.gpus[0].Name)
 	writeJSON(w, map[string]any{
-		"id":      fmt.Sprintf("cmpl-standin-%d", time.Now().UnixNano()),
-		"object":  "text_completion",
-		"created": time.Now().Unix(),
-		"model":   s.model,
-		"choices": []map[string]any{{"index": 0, "text": text, "finish_reason": "length"}},
-		"usage":   map[string]int{"prompt_tokens": len(strings.Fields(req.Prompt)), "completion_tokens": 0, "total_tokens": len(strings.Fields(req.Prompt))},
+		"id":       fmt.Sprintf("cmpl-standin-%d", time.Now().UnixNano()),
+		"object":   "text_completion",
+		"created":  time.Now().Unix(),
+		"model":    s.model,
+		"choices":  []map[string]any{{"index": 0, "text": text, "finish_reason": "length"}},
+		"usage":    map[string]int{"prompt_tokens": len(strings.Fields(req.Prompt)), "completion_tokens": 0, "total_tokens": len(strings.Fields(req.Prompt))},
 		"nvinject": map[string]any{"simulated": true, "nvidia_smi": s.gpus, "injected_env": s.env},
 	})
 }
