@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,13 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nvinject/nvinject/e2e/internal/kubeexec"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/remotecommand"
 )
 
 // Env is the suite's connection to the cluster.
@@ -41,17 +39,7 @@ func Connect(kubeconfig string) (*Env, error) {
 
 // Exec runs cmd in a pod's container over SPDY and returns stdout.
 func (e *Env) Exec(ctx context.Context, ns, pod, container string, cmd ...string) (string, error) {
-	req := e.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(e.Config, "POST", req.URL())
-	if err != nil {
-		return "", fmt.Errorf("exec in %s/%s: %w", ns, pod, err)
-	}
-	var stdout, stderr bytes.Buffer
-	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
-		return stdout.String(), fmt.Errorf("exec %q in %s/%s: %w: %s", strings.Join(cmd, " "), ns, pod, err, stderr.String())
-	}
-	return stdout.String(), nil
+	return kubeexec.Exec(ctx, e.Config, e.Client, ns, pod, container, cmd...)
 }
 
 // Kubectl runs kubectl with the suite's kubeconfig.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
@@ -23,7 +22,7 @@ func (b *Bench) prepareRunDir(ctx context.Context) error {
 		return os.MkdirAll(b.layout.dir, 0o755)
 	}
 	b.log.Info("cleaning what an earlier run left", "runDir", b.layout.dir)
-	if err := errors.Join(b.cleanHost(ctx), b.removeRunDir()); err != nil {
+	if err := errors.Join(b.cleanHost(ctx), hostclean.RemoveRunDir(b.layout.dir)); err != nil {
 		return fmt.Errorf("clean the earlier run in %s: %w", b.layout.dir, err)
 	}
 	return nil
@@ -47,7 +46,7 @@ func (b *Bench) teardown(ctx context.Context, client *criClient, plugin, ctrd *d
 	if left := b.leftovers(); left != nil {
 		errs = append(errs, left)
 	} else {
-		errs = append(errs, b.removeRunDir())
+		errs = append(errs, hostclean.RemoveRunDir(b.layout.dir))
 	}
 	return errors.Join(errs...)
 }
@@ -75,24 +74,6 @@ func (b *Bench) leftovers() error {
 	}
 	if left := hostclean.CgroupsLeft(cgroupParent); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("cgroups left: %v", left))
-	}
-	return errors.Join(errs...)
-}
-
-// removeRunDir deletes the run dir except its logs.
-func (b *Bench) removeRunDir() error {
-	entries, err := os.ReadDir(b.layout.dir)
-	if err != nil {
-		return fmt.Errorf("read run dir: %w", err)
-	}
-	var errs []error
-	for _, e := range entries {
-		if e.Name() == "logs" {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(b.layout.dir, e.Name())); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s (is something still mounted there?): %w", e.Name(), err))
-		}
 	}
 	return errors.Join(errs...)
 }

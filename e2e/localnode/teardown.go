@@ -62,7 +62,7 @@ func (n *Node) Down(ctx context.Context) error {
 	} else {
 		n.log.Warn("another local node owns the host-wide state; leaving it", "owner", currentOwner())
 	}
-	if err := n.removeRunDir(); err != nil {
+	if err := hostclean.RemoveRunDir(n.layout.dir); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -145,24 +145,6 @@ func (n *Node) removeHostLeftovers(ctx context.Context) []error {
 		_ = os.Remove(filepath.Join(hostDevicePlugins, f))
 	}
 	return errs
-}
-
-// removeRunDir deletes the run dir except its logs.
-func (n *Node) removeRunDir() error {
-	entries, err := os.ReadDir(n.layout.dir)
-	if err != nil {
-		return fmt.Errorf("read run dir: %w", err)
-	}
-	var errs []error
-	for _, e := range entries {
-		if e.Name() == "logs" {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(n.layout.dir, e.Name())); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s (is something still mounted there?): %w", e.Name(), err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // ComponentStatus is one component's state as Status sees it.

@@ -1,7 +1,6 @@
 package simnode
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -9,12 +8,10 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	"github.com/nvinject/nvinject/e2e/internal/kubeexec"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/remotecommand"
 )
 
 // Kube talks to the node's API server: client-go for reads and exec, the pinned
@@ -58,17 +55,7 @@ func (k *Kube) Kubectl(ctx context.Context, stdin string, args ...string) (strin
 
 // Exec runs cmd in a pod's container and returns its stdout.
 func (k *Kube) Exec(ctx context.Context, ns, pod, container string, cmd ...string) (string, error) {
-	req := k.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(k.Config, "POST", req.URL())
-	if err != nil {
-		return "", fmt.Errorf("exec in %s/%s: %w", ns, pod, err)
-	}
-	var stdout, stderr bytes.Buffer
-	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
-		return stdout.String(), fmt.Errorf("exec %q in %s/%s: %w: %s", strings.Join(cmd, " "), ns, pod, err, stderr.String())
-	}
-	return stdout.String(), nil
+	return kubeexec.Exec(ctx, k.Config, k.Client, ns, pod, container, cmd...)
 }
 
 // Poll calls check every interval until it returns nil or ctx ends; the

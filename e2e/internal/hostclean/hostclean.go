@@ -206,3 +206,22 @@ func unescape(s string) string {
 	}
 	return b.String()
 }
+
+// RemoveRunDir deletes everything in a run dir except its logs, which stay
+// for whoever reads why a run failed.
+func RemoveRunDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read run dir: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if e.Name() == "logs" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s (is something still mounted there?): %w", e.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
