@@ -5,10 +5,10 @@ package deploy
 
 import "embed"
 
-// Files is the deploy tree: kustomization.yaml, base/, overlays/,
+// Files is the deploy tree: kustomization.yaml, base/, components/, overlays/,
 // helm/nvinject/ and containerd/nvinject.toml, at their repository paths.
 //
-//go:embed kustomization.yaml base overlays all:helm/nvinject containerd/nvinject.toml
+//go:embed kustomization.yaml base components overlays all:helm/nvinject containerd/nvinject.toml
 var Files embed.FS
 
 // ContainerdDropIn is the containerd config drop-in nvinject-node installs.

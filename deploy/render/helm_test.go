@@ -30,6 +30,9 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			"selectedGPU":  "GPU-00000000-0000-0000-0000-000000000000",
 			"nodeSelector": map[string]any{"nvidia.com/gpu.present": nil, "kubernetes.io/hostname": "k8s-ai-infra-worker"},
 		}},
+		{dir: "overlays/cdi-only-node", values: map[string]any{
+			"devicePlugin": map[string]any{"privileged": true},
+		}},
 		{dir: "overlays/local-sim", values: map[string]any{
 			"selectedGPU":  simUUID("a100-80gb", 0),
 			"nvml":         "sim:a100-80gb",

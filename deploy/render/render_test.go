@@ -38,6 +38,8 @@ type build struct {
 	pullPolicy   corev1.PullPolicy
 	nvml         string
 	driverRoot   string
+	// privileged: the device plugin's container, on CDI-only nodes.
+	privileged bool
 }
 
 var (
@@ -51,6 +53,7 @@ var (
 		{dir: "overlays/nvkind-worker", selectedGPU: "GPU-00000000-0000-0000-0000-000000000000",
 			nodeSelector: map[string]string{"kubernetes.io/hostname": "k8s-ai-infra-worker"}, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/"},
 		{dir: "overlays/multi-gpu", selectedGPU: "all", nodeSelector: gpuLabel, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/"},
+		{dir: "overlays/cdi-only-node", selectedGPU: "all", nodeSelector: gpuLabel, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/", privileged: true},
 		{dir: "overlays/local-sim", selectedGPU: simUUID("a100-80gb", 0),
 			nodeSelector: map[string]string{"kubernetes.io/hostname": "nvinject-sim-worker"},
 			images: map[string]string{
@@ -147,22 +150,22 @@ func checkDaemonSet(t *testing.T, name string, ds appsv1.DaemonSet, b build) {
 	if c.Image != b.images[c.Name] || c.ImagePullPolicy != b.pullPolicy {
 		t.Errorf("%s: image %s (%s), want %s (%s)", name, c.Image, c.ImagePullPolicy, b.images[c.Name], b.pullPolicy)
 	}
-	checkSecurity(t, name, c)
+	checkSecurity(t, name, c, b.privileged && name == devicePlugin)
 	checkResources(t, name, c)
 	checkProbes(t, name, c)
 }
 
-func checkSecurity(t *testing.T, name string, c corev1.Container) {
+func checkSecurity(t *testing.T, name string, c corev1.Container, privileged bool) {
 	t.Helper()
 	sc := c.SecurityContext
 	if sc == nil {
 		t.Fatalf("%s: no securityContext", name)
 	}
-	if sc.Privileged == nil || *sc.Privileged {
-		t.Errorf("%s: privileged must be explicitly false", name)
+	if sc.Privileged == nil || *sc.Privileged != privileged {
+		t.Errorf("%s: privileged must be explicitly %v", name, privileged)
 	}
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Errorf("%s: allowPrivilegeEscalation must be false", name)
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation != privileged {
+		t.Errorf("%s: allowPrivilegeEscalation must be %v", name, privileged)
 	}
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Errorf("%s: readOnlyRootFilesystem must be true", name)

@@ -16,7 +16,7 @@ func TestManifestsPassServerDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{"deploy", "deploy/overlays/nvkind-worker", "deploy/overlays/multi-gpu", "deploy/overlays/local-sim", "deploy/examples/vllm"} {
+	for _, dir := range []string{"deploy", "deploy/overlays/nvkind-worker", "deploy/overlays/multi-gpu", "deploy/overlays/cdi-only-node", "deploy/overlays/local-sim", "deploy/examples/vllm"} {
 		t.Run(dir, func(t *testing.T) {
 			out, err := d.Kube().Kubectl(ctx, "", "apply", "--dry-run=server", "-k", filepath.Join(repo, dir))
 			if err != nil {

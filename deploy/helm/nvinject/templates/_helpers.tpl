@@ -24,10 +24,11 @@ readinessProbe:
   failureThreshold: 3
 {{- end -}}
 
+{{- /* Takes a bool: privileged (the device plugin on CDI-only nodes). */ -}}
 {{- define "nvinject.securityContext" -}}
 securityContext:
-  privileged: false
-  allowPrivilegeEscalation: false
+  privileged: {{ . }}
+  allowPrivilegeEscalation: {{ . }}
   readOnlyRootFilesystem: true
   runAsUser: 0
   runAsGroup: 0
