@@ -17,9 +17,8 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/nvinject/nvinject/cdi/simroot"
+	"github.com/nvinject/nvinject/cdi/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
-	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 
@@ -99,20 +98,9 @@ func post(t *testing.T, url string) string {
 // seed's DaemonSet does (env from the ConfigMap) and stops it with SIGTERM.
 func TestBinaryOnSimulatedEightGPUNode(t *testing.T) {
 	const nvml = "sim:a100-80gb*8"
-	b, err := backend.Open(nvml, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := b.Discover(context.Background())
-	_ = b.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := kubelettest.Dir(t)
-	root := filepath.Join(dir, "root")
-	if err := simroot.Write(root, node, "/bin/true"); err != nil {
-		t.Fatal(err)
-	}
+	simtest.DriverRoot(t, nvml, filepath.Join(dir, "sim"))
+	root := filepath.Join(dir, "sim", "driver-root")
 	k := kubelettest.Start(t, dir)
 	selected := sim.UUID("a100-80gb", 6)
 	addr := freeAddr(t)
@@ -146,6 +134,17 @@ func TestBinaryOnSimulatedEightGPUNode(t *testing.T) {
 	post(t, "http://"+addr+"/debug/sim/recover?uuid="+selected)
 	if resp, err := stream.Recv(); err != nil || resp.Devices[0].Health != pluginapi.Healthy {
 		t.Fatalf("after recover: %v, %v", resp, err)
+	}
+	// The operator's way back in real mode: SIGHUP clears the marks.
+	post(t, "http://"+addr+"/debug/sim/xid?uuid="+selected+"&xid=48")
+	if resp, err := stream.Recv(); err != nil || resp.Devices[0].Health != pluginapi.Unhealthy {
+		t.Fatalf("after injected Xid 48: %v, %v", resp, err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || resp.Devices[0].Health != pluginapi.Healthy {
+		t.Fatalf("after SIGHUP: %v, %v", resp, err)
 	}
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
