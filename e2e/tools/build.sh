@@ -16,7 +16,7 @@ RUNC_VERSION=v1.4.4
 CRICTL_VERSION=v1.37.0
 # A fixed build date keeps the version strings (and so the binaries) reproducible.
 BUILD_DATE=2026-01-01T00:00:00Z
-DEBIAN_PACKAGES=(libseccomp-dev pkg-config gcc libc6-dev busybox-static containernetworking-plugins iproute2 util-linux)
+DEBIAN_PACKAGES=(libseccomp-dev pkg-config gcc libc6-dev busybox-static containernetworking-plugins iproute2 util-linux curl)
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export GOWORK=off
@@ -77,6 +77,9 @@ targets=(
 	"crictl|install|sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION|-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
 )
 
+# The harness needs some packages at run time too (CNI plugins, busybox,
+# curl), so they are checked even when every binary is cached.
+ensure_packages
 total=${#targets[@]}
 todo=0
 for t in "${targets[@]}"; do [[ -x $bin/${t%%|*} ]] || todo=$((todo + 1)); done
@@ -87,7 +90,6 @@ if ((todo == 0)); then
 fi
 log "building $todo of $total binaries into $bin"
 log "a first build takes ~20 min on 2 cores (cold Go caches; longer while other builds run); later builds relink in seconds"
-ensure_packages
 mkdir -p "$bin"
 stage=$(mktemp -d "$cache_root/.build-XXXXXX")
 trap 'rm -rf "$stage"' EXIT
