@@ -34,6 +34,11 @@ const EnvUUIDPrefix = "NVINJECT_GPU_UUID_"
 // EnvSimulated is set in containers that got a simulated GPU.
 const EnvSimulated = "NVINJECT_SIMULATED"
 
+// AnnotationIndex on a GPU's CDI device records its NVML index, the device
+// ID kubelet reports under DEVICE_ID_STRATEGY=index, so the NRI check can
+// compare kubelet's assignment with the UUIDs it injects.
+const AnnotationIndex = "nvinject.io/gpu-index"
+
 // UUIDEnv returns the env key naming the UUID of the GPU with minor.
 func UUIDEnv(minor int) string { return EnvUUIDPrefix + strconv.Itoa(minor) }
 
@@ -139,9 +144,10 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 		}
 		seen[d.UUID] = true
 		edits := g.deviceEdits(d)
-		s.Devices = append(s.Devices, specs.Device{Name: d.UUID, ContainerEdits: edits})
+		ann := map[string]string{AnnotationIndex: strconv.Itoa(d.Index)}
+		s.Devices = append(s.Devices, specs.Device{Name: d.UUID, Annotations: ann, ContainerEdits: edits})
 		if g.names == NameIndex {
-			s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(d.Index), ContainerEdits: edits})
+			s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(d.Index), Annotations: ann, ContainerEdits: edits})
 		}
 	}
 	var all specs.ContainerEdits

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/convert"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
@@ -191,9 +192,11 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 	// Only GPU containers ask kubelet: a container without GPUs has nothing
 	// to compare, and the check above already refuses any GPU node in it.
 	if h.kubelet != nil && len(gpus) > 0 {
-		if in.Kubelet, err = h.kubelet.DeviceIDs(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), h.resource); err != nil {
+		ids, err := h.kubelet.DeviceIDs(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), h.resource)
+		if err != nil {
 			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
+		in.Kubelet = kubeletUUIDs(ids, res)
 	}
 	if err := verify.Check(in); err != nil {
 		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
@@ -305,6 +308,33 @@ func allocated(res resolve.Result) ([]verify.GPU, error) {
 		}
 	}
 	return out, nil
+}
+
+// kubeletUUIDs turns kubelet's device IDs into UUIDs: under
+// DEVICE_ID_STRATEGY=index kubelet reports GPU indices, which the resolved
+// devices' spec annotation maps to the UUIDs they inject. An ID that maps to
+// nothing is kept, so a mismatch still names it.
+func kubeletUUIDs(ids []string, res resolve.Result) []string {
+	byIndex := map[string]string{}
+	for _, d := range res.Devices {
+		idx, ok := d.Annotations[spec.AnnotationIndex]
+		if !ok {
+			continue
+		}
+		for _, e := range d.Edits.Env {
+			if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, spec.EnvUUIDPrefix) {
+				byIndex[idx] = v
+			}
+		}
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		if u, ok := byIndex[id]; ok {
+			id = u
+		}
+		out[i] = id
+	}
+	return out
 }
 
 // finalNodes are the container's device nodes after adj is applied

@@ -398,10 +398,18 @@ func serveKubelet(t *testing.T, k *kubelet) string {
 func TestPodResources(t *testing.T) {
 	k := &kubelet{}
 	e := start(t, envOpts{kubelet: serveKubelet(t, k)})
-	k.assigned = map[string][]string{"pod-ok": {e.node.Devices[1].UUID}, "pod-bad": {e.node.Devices[2].UUID}}
+	// DEVICE_ID_STRATEGY=index: kubelet reports GPU indices, not UUIDs.
+	k.assigned = map[string][]string{"pod-ok": {e.node.Devices[1].UUID}, "pod-bad": {e.node.Devices[2].UUID},
+		"pod-index-ok": {"1"}, "pod-index-bad": {"2"}}
 	ann := map[string]string{annotations.DevicesKey: e.node.Name(1)}
 	if _, _, err := e.create(t, nritest.Pod("ok", "nvidia", nil), ann, nil); err != nil {
 		t.Fatalf("kubelet agrees, yet refused: %v", err)
+	}
+	if _, _, err := e.create(t, nritest.Pod("index-ok", "nvidia", nil), ann, nil); err != nil {
+		t.Fatalf("kubelet agrees by index, yet refused: %v", err)
+	}
+	if _, _, err := e.create(t, nritest.Pod("index-bad", "nvidia", nil), ann, nil); err == nil || !strings.Contains(err.Error(), "[2]") {
+		t.Fatalf("kubelet assigned index 2: err = %v, want a refusal naming it", err)
 	}
 	_, _, err := e.create(t, nritest.Pod("bad", "nvidia", nil), ann, nil)
 	if err == nil || !strings.Contains(err.Error(), e.node.Devices[2].UUID) || !strings.Contains(err.Error(), e.node.Devices[1].UUID) {
@@ -420,9 +428,9 @@ func TestPodResources(t *testing.T) {
 
 func TestReconnectsAfterRuntimeRestart(t *testing.T) {
 	e := start(t, envOpts{})
-	if err := e.runner.Ready(); err != nil {
-		t.Fatalf("not ready after sync: %v", err)
-	}
+	// The runtime may finish syncing just before the stub's Start returns
+	// and the runner marks itself registered.
+	waitFor(t, func() bool { return e.runner.Ready() == nil })
 	e.rt.Stop()
 	waitFor(t, func() bool { return e.runner.Ready() != nil })
 	e.rt.Start(t)

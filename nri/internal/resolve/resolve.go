@@ -64,10 +64,12 @@ func (r *Resolver) SpecErrors() []string {
 	return out
 }
 
-// Device is one resolved device and its own (not its spec's common) edits.
+// Device is one resolved device, its own (not its spec's common) edits and
+// its CDI annotations.
 type Device struct {
-	Name  string
-	Edits specs.ContainerEdits
+	Name        string
+	Edits       specs.ContainerEdits
+	Annotations map[string]string
 }
 
 // Result is what a set of names resolves to.
@@ -95,7 +97,7 @@ func (r *Resolver) Resolve(names []string, user oci.User) (Result, error) {
 		if d == nil {
 			return Result{}, &UnresolvableError{Names: []string{n}, Dirs: r.dirs, SpecErrors: r.SpecErrors()}
 		}
-		res.Devices = append(res.Devices, Device{Name: n, Edits: d.ContainerEdits})
+		res.Devices = append(res.Devices, Device{Name: n, Edits: d.ContainerEdits, Annotations: d.Annotations})
 	}
 	return res, nil
 }
