@@ -158,7 +158,7 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 	}
 	s.Devices = append(s.Devices, specs.Device{Name: "all", ContainerEdits: all})
 	s.ContainerEdits = g.commonEdits(node, files)
-	if s.Version, err = cdi.MinimumRequiredVersion(s); err != nil {
+	if s.Version, err = specs.MinimumRequiredVersion(s); err != nil {
 		return nil, fmt.Errorf("determine the CDI version of the spec: %w", err)
 	}
 	if _, err := cdi.ParseSpec(mustJSON(s)); err != nil {

@@ -15,7 +15,6 @@ func (l layout) pidFile(c string) string    { return l.path("pids", c+".pid") }
 func (l layout) pki() string                { return l.path("pki") }
 func (l layout) kubeconfig(c string) string { return l.path("kubeconfig", c+".kubeconfig") }
 
-func (l layout) containerdDir() string     { return l.path("containerd") }
 func (l layout) containerdConfig() string  { return l.path("containerd", "config.toml") }
 func (l layout) containerdDropIns() string { return l.path("containerd", "conf.d") }
 

@@ -48,7 +48,7 @@ func main() {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("no command given\n\n" + usage)
+		return errors.New("no command given; run `nvinject-cdi help` for the commands")
 	}
 	switch args[0] {
 	case "generate":
@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		_, err := fmt.Fprint(out, usage)
 		return err
 	}
-	return fmt.Errorf("unknown command %q\n\n%s", args[0], usage)
+	return fmt.Errorf("unknown command %q; run `nvinject-cdi help` for the commands", args[0])
 }
 
 func generate(ctx context.Context, args []string, out io.Writer) error {

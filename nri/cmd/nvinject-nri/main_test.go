@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,7 +24,7 @@ func TestBinary(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "nvinject-nri")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-tags", "nri_no_wasm", "-o", bin, ".")
+	build := exec.Command("go", "build", "-tags", "nri_no_wasm", "-o", bin, ".")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		t.Fatalf("go build: %v", err)

@@ -134,7 +134,6 @@ type Node struct {
 	server *server.Server
 
 	mu   sync.Mutex
-	sets []chan nvml.EventData
 	regs map[chan nvml.EventData]map[string]bool
 }
 
