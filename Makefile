@@ -43,10 +43,16 @@ test: tools build ## unit, integration and local-node tests
 	$(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/
 
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nvinject/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+$(STATICCHECK):
+	GOBIN=$(dir $@) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
 .PHONY: lint
-lint: ## gofmt and go vet over the workspace
+lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned) over the workspace
 	@out=$$(gofmt -l shared cdi deviceplugin nri deploy e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(MODULE)/...
+	$(STATICCHECK) $(MODULE)/...
 
 BENCHTIME ?= 2000x
 .PHONY: bench
