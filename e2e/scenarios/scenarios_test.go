@@ -118,7 +118,7 @@ func TestKubeletRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.WaitKubeletAllocatable(ctx, dep.UUID, 30*time.Second); err != nil {
+	if err := d.WaitKubeletAllocatable(ctx, dep.DeviceID, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitAllocatable(t, ctx, 1, 1, 30*time.Second)
@@ -201,6 +201,31 @@ func TestEightGPUNodePublishesSelected(t *testing.T) {
 	}
 }
 
+// DEVICE_ID_STRATEGY=index: kubelet assigns and reports GPU indices, and
+// nvinject-nri's PodResources check still matches them to the UUID it injects.
+func TestIndexDeviceIDsPassTheUUIDCheck(t *testing.T) {
+	d := need(t)
+	ctx := testCtx(t)
+	t.Cleanup(func() {
+		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
+			t.Errorf("restore the uuid deployment: %v", err)
+		}
+	})
+	byIndex, err := d.Deploy(ctx, simnode.GPUs{NVML: "sim:a100-80gb*8", Selected: 2, IDStrategy: "index"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := nriCounter(t, ctx, "nvinject_nri_injections_total")
+	createPod(t, ctx, "gpu-by-index", gpuPod)
+	waitPod(t, ctx, "gpu-by-index", 2*time.Minute, "Running", running)
+	if got := containerGPUs(t, ctx, "gpu-by-index"); !slices.Equal(got, []string{byIndex.UUID}) {
+		t.Errorf("pod sees %v, want only GPU 2 %s", got, byIndex.UUID)
+	}
+	if after := nriCounter(t, ctx, "nvinject_nri_injections_total"); after != before+1 {
+		t.Errorf("nvinject-nri injections %v -> %v, want one more", before, after)
+	}
+}
+
 // (i) containerd restarts: nvinject-nri reconnects and checks the next GPU pod.
 func TestContainerdRestartNRIReconnects(t *testing.T) {
 	d := need(t)
@@ -250,7 +275,7 @@ func TestNRIDownFailsClosed(t *testing.T) {
 			"-p", `[{"op":"remove","path":"/spec/template/spec/nodeSelector/nvinject.io~1e2e-nri-off"}]`); err != nil {
 			t.Errorf("restore nvinject-nri: %v", err)
 		}
-		if err := d.WaitReady(ctx, dep.UUID, 2*time.Minute); err != nil {
+		if err := d.WaitReady(ctx, dep, 2*time.Minute); err != nil {
 			t.Errorf("restore nvinject-nri: %v", err)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -15,6 +16,9 @@ type GPUs struct {
 	NVML string
 	// Selected is the index (host nvidia-smi) of the one GPU published.
 	Selected int
+	// IDStrategy is the device plugin's DEVICE_ID_STRATEGY: "" keeps the
+	// overlay's uuid, "index" makes kubelet see GPU indices.
+	IDStrategy string
 }
 
 // Deployment is what Deploy installed.
@@ -22,6 +26,8 @@ type Deployment struct {
 	GPUs
 	// UUID is the selected GPU's UUID, from the host's nvidia-smi.
 	UUID string
+	// DeviceID is the ID kubelet sees for it: the UUID, or its index.
+	DeviceID string
 	// Kustomization is the directory applied with kubectl apply -k.
 	Kustomization string
 }
@@ -42,7 +48,14 @@ func (d *Deployer) Deploy(ctx context.Context, g GPUs) (Deployment, error) {
 	if g.Selected < 0 || g.Selected >= len(gpus) {
 		return Deployment{}, fmt.Errorf("select GPU %d: the simulated host (%s) has %d GPUs", g.Selected, g.NVML, len(gpus))
 	}
-	dep := Deployment{GPUs: g, UUID: gpus[g.Selected].UUID, Kustomization: filepath.Join(d.node.RunDir(), "deploy", "nvinject")}
+	dep := Deployment{GPUs: g, UUID: gpus[g.Selected].UUID, DeviceID: gpus[g.Selected].UUID, Kustomization: filepath.Join(d.node.RunDir(), "deploy", "nvinject")}
+	switch g.IDStrategy {
+	case "", "uuid":
+	case "index":
+		dep.DeviceID = strconv.Itoa(g.Selected)
+	default:
+		return Deployment{}, fmt.Errorf("device ID strategy %q: use uuid or index", g.IDStrategy)
+	}
 	if err := d.writeKustomization(dep); err != nil {
 		return Deployment{}, err
 	}
@@ -50,7 +63,7 @@ func (d *Deployer) Deploy(ctx context.Context, g GPUs) (Deployment, error) {
 		return Deployment{}, fmt.Errorf("apply nvinject (%s): %w", dep.Kustomization, err)
 	}
 	d.log.Info("nvinject applied", "kustomization", dep.Kustomization, "nvml", g.NVML, "selected", dep.UUID)
-	if err := d.WaitReady(ctx, dep.UUID, 3*time.Minute); err != nil {
+	if err := d.WaitReady(ctx, dep, 3*time.Minute); err != nil {
 		return Deployment{}, err
 	}
 	return dep, nil
@@ -118,6 +131,20 @@ patches:
       - {op: test, path: /spec/template/spec/containers/0/args/8, value: --nvml=%s}
       - {op: replace, path: /spec/template/spec/containers/0/args/8, value: --nvml=%s}
 `, DevicePlugin, DefaultNVML, dep.NVML, NRIPlugin, DefaultNVML, dep.NVML)
+	}
+	if dep.IDStrategy == "index" {
+		fmt.Fprintf(&b, `  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: %s, namespace: %s}
+      spec:
+        template:
+          spec:
+            containers:
+              - name: device-plugin
+                env:
+                  - {name: DEVICE_ID_STRATEGY, value: index}
+`, DevicePlugin, Namespace)
 	}
 	if err := os.MkdirAll(dep.Kustomization, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dep.Kustomization, err)

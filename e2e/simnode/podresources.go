@@ -13,9 +13,9 @@ import (
 )
 
 // WaitKubeletAllocatable waits until kubelet's own device manager (PodResources
-// GetAllocatableResources) offers uuid as Resource. Node status lags behind it,
+// GetAllocatableResources) offers device ID id as Resource. Node status lags behind it,
 // and a GPU pod admitted before it fails with UnexpectedAdmissionError.
-func (d *Deployer) WaitKubeletAllocatable(ctx context.Context, uuid string, timeout time.Duration) error {
+func (d *Deployer) WaitKubeletAllocatable(ctx context.Context, id string, timeout time.Duration) error {
 	sock := filepath.Join(d.node.PodResourcesDir(), "kubelet.sock")
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -31,10 +31,10 @@ func (d *Deployer) WaitKubeletAllocatable(ctx context.Context, uuid string, time
 			return fmt.Errorf("kubelet PodResources %s: %w", sock, err)
 		}
 		for _, dev := range resp.GetDevices() {
-			if dev.GetResourceName() == Resource && slices.Contains(dev.GetDeviceIds(), uuid) {
+			if dev.GetResourceName() == Resource && slices.Contains(dev.GetDeviceIds(), id) {
 				return nil
 			}
 		}
-		return fmt.Errorf("kubelet does not offer %s as %s yet", uuid, Resource)
+		return fmt.Errorf("kubelet does not offer %s as %s yet", id, Resource)
 	})
 }

@@ -19,9 +19,10 @@ const (
 )
 
 // WaitReady waits until both DaemonSets have rolled out and are Ready, the
-// device plugin reports uuid healthy, the Node publishes exactly one GPU and
-// kubelet's device manager offers uuid.
-func (d *Deployer) WaitReady(ctx context.Context, uuid string, timeout time.Duration) error {
+// device plugin reports dep's GPU healthy, the Node publishes exactly one GPU
+// and kubelet's device manager offers its device ID.
+func (d *Deployer) WaitReady(ctx context.Context, dep Deployment, timeout time.Duration) error {
+	uuid := dep.UUID
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for _, ds := range []string{DevicePlugin, NRIPlugin} {
@@ -47,7 +48,7 @@ func (d *Deployer) WaitReady(ctx context.Context, uuid string, timeout time.Dura
 		return nil
 	})
 	if err == nil {
-		err = d.WaitKubeletAllocatable(ctx, uuid, timeout)
+		err = d.WaitKubeletAllocatable(ctx, dep.DeviceID, timeout)
 	}
 	if err != nil {
 		return fmt.Errorf("nvinject did not publish GPU %s: %w; see the device plugin's log (kubectl -n %s logs ds/%s)", uuid, err, Namespace, DevicePlugin)
