@@ -25,18 +25,7 @@ func testCtx(t *testing.T) context.Context {
 func TestGPUPodGetsSelectedGPU(t *testing.T) {
 	d := need(t)
 	ctx := testCtx(t)
-	pod, err := d.RunVLLM(ctx, 2*time.Minute)
-	t.Cleanup(func() {
-		if err := d.DeleteVLLM(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := containerGPUs(t, ctx, pod.Name); !slices.Equal(got, []string{dep.UUID}) {
-		t.Errorf("nvidia-smi in %s sees %v, want exactly the selected %s", pod.Name, got, dep.UUID)
-	}
+	pod := runVLLMOnSelectedGPU(t, ctx, d)
 	reply, err := simnode.Complete(ctx, pod.Status.PodIP)
 	if err != nil {
 		t.Fatal(err)
@@ -147,18 +136,7 @@ func TestKubeletRestart(t *testing.T) {
 	// a pod admitted in its first seconds (UnexpectedAdmissionError, from
 	// checkpointed allocations of deleted pods it has not yet cleaned up),
 	// and the ReplicaSet replaces it.
-	pod, err := d.RunVLLM(ctx, 2*time.Minute)
-	t.Cleanup(func() {
-		if err := d.DeleteVLLM(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := containerGPUs(t, ctx, pod.Name); !slices.Equal(got, []string{dep.UUID}) {
-		t.Errorf("pod after the kubelet restart sees %v, want %s", got, dep.UUID)
-	}
+	runVLLMOnSelectedGPU(t, ctx, d)
 	pods, err := d.Kube().Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: simnode.VLLMSelector})
 	if err != nil {
 		t.Fatal(err)
@@ -351,4 +329,23 @@ func restarts(p *corev1.Pod) int32 {
 		n += c.RestartCount
 	}
 	return n
+}
+
+// runVLLMOnSelectedGPU starts the vLLM stand-in (removed when t ends) and
+// asserts that nvidia-smi in it sees exactly the selected GPU.
+func runVLLMOnSelectedGPU(t *testing.T, ctx context.Context, d *simnode.Deployer) *corev1.Pod {
+	t.Helper()
+	pod, err := d.RunVLLM(ctx, 2*time.Minute)
+	t.Cleanup(func() {
+		if err := d.DeleteVLLM(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := containerGPUs(t, ctx, pod.Name); !slices.Equal(got, []string{dep.UUID}) {
+		t.Errorf("nvidia-smi in %s sees %v, want exactly the selected %s", pod.Name, got, dep.UUID)
+	}
+	return pod
 }
