@@ -19,4 +19,5 @@ require (
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/sys v0.35.0 // indirect
 	google.golang.org/protobuf v1.36.8 // indirect
+	tags.cncf.io/container-device-interface v1.1.2 // indirect
 )

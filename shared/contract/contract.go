@@ -1,0 +1,99 @@
+// Package contract holds every fact nvinject's programs must agree on: the
+// CDI kind, annotation keys and their encoding, environment names, metric
+// names, containerd plugin IDs and Kubernetes names. The device plugin, the
+// DRA driver, the NRI plugin, the doctor, deploy and the tests import it;
+// none of them re-types these values.
+package contract
+
+// CDI kind of nvinject's GPU devices (vendor/class), the default of every
+// program's --cdi-vendor and --cdi-class.
+const (
+	CDIVendor = "nvidia.com"
+	CDIClass  = "gpu"
+)
+
+// CDIKind joins a vendor and class into a CDI kind ("nvidia.com/gpu").
+func CDIKind(vendor, class string) string { return vendor + "/" + class }
+
+// CDISpecDir is where the device plugin writes its spec; CDISpecDirs are
+// the directories containerd and the NRI plugin read (containerd's default).
+const CDISpecDir = "/var/run/cdi"
+
+// CDISpecDirs returns containerd's default CDI spec directories.
+func CDISpecDirs() []string { return []string{"/etc/cdi", "/var/run/cdi"} }
+
+// Kubernetes names.
+const (
+	// ResourceName is the extended resource GPUs are published as.
+	ResourceName = "nvidia.com/gpu"
+	// RuntimeHandler is the RuntimeClass (and its containerd handler) whose
+	// pods get GPUs.
+	RuntimeHandler = "nvidia"
+	// RequiredPluginsAnnotation makes containerd refuse a pod while a named
+	// NRI plugin is not connected; nvidia pods carry it with NRIPluginName.
+	RequiredPluginsAnnotation = "required-plugins.noderesource.dev/pod"
+	// Namespace is where deploy/ puts nvinject's daemons.
+	Namespace = "nvidia-device-plugin"
+	// ConfigMapName and ConfigMapKey hold the selected GPU's UUID (the seed's).
+	ConfigMapName = "single-gpu-device-plugin"
+	ConfigMapKey  = "selected-gpu-uuid"
+	// DevicePluginApp and NRIApp are the app labels of the two DaemonSets'
+	// pods, by which the doctor finds them.
+	DevicePluginApp = "single-gpu-device-plugin"
+	NRIApp          = "nvinject-nri"
+	// DRADriver is nvinject's DRA driver name and DeviceClass name.
+	DRADriver = "gpu.nvinject.io"
+)
+
+// NRI plugin identity: containerd runs it as <index>-<name>.
+const (
+	NRIPluginName  = "nvinject"
+	NRIPluginIndex = "10"
+)
+
+// Default metrics ports of the two daemons.
+const (
+	DevicePluginMetricsPort = 9481
+	NRIMetricsPort          = 9482
+)
+
+// Annotations nvinject writes or reads.
+const (
+	// AnnotationPrefix is the device plugin's name in its
+	// cdi.k8s.io/<prefix>_<device-id> container annotation keys.
+	AnnotationPrefix = "nvinject.gpu"
+	// DevicesAnnotation carries the CDI names for the "nri" strategy. It is
+	// not a cdi.k8s.io/ key, so containerd's own CDI leaves it alone.
+	DevicesAnnotation = "nvinject.io/cdi-devices"
+	// GPUUUIDsAnnotation is set by the NRI plugin on each GPU container: the
+	// checked UUIDs, comma-separated.
+	GPUUUIDsAnnotation = "nvinject.io/gpu-uuids"
+	// GPUIndexAnnotation on a CDI device is the GPU's index, so kubelet's
+	// index device IDs map to UUIDs.
+	GPUIndexAnnotation = "nvinject.io/gpu-index"
+	// DriverVersionAnnotation on a CDI spec is the driver it was made from.
+	DriverVersionAnnotation = "nvinject.io/driver-version"
+	// SimulatedAnnotation marks a CDI spec made from a SIMULATED GPU.
+	SimulatedAnnotation = "nvinject.io/simulated"
+)
+
+// Environment the CDI spec sets in GPU containers.
+const (
+	// EnvUUIDPrefix + <minor> = <uuid>, one per injected GPU.
+	EnvUUIDPrefix = "NVINJECT_GPU_UUID_"
+	// EnvSimulated=1 marks a container given a SIMULATED GPU.
+	EnvSimulated = "NVINJECT_SIMULATED"
+	// EnvVisibleDevices is NVIDIA's selection variable; the spec sets it to
+	// "void" so an installed NVIDIA runtime hook does not inject again.
+	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+)
+
+// containerd plugin IDs in config.toml (version 3).
+const (
+	ContainerdNRI        = "io.containerd.nri.v1.nri"
+	ContainerdCRIRuntime = "io.containerd.cri.v1.runtime"
+	ContainerdCRIImages  = "io.containerd.cri.v1.images"
+	// ContainerdCRILegacy is the CRI plugin ID of version 2 configs.
+	ContainerdCRILegacy = "io.containerd.grpc.v1.cri"
+	ContainerdRuncShim  = "io.containerd.runc.v2"
+)

@@ -1,0 +1,15 @@
+package contract
+
+// Metric names the daemons export and the doctor reads.
+const (
+	MetricRegistrations  = "nvinject_device_plugin_registrations_total"
+	MetricAllocations    = "nvinject_device_plugin_allocations_total"
+	MetricStreams        = "nvinject_device_plugin_list_and_watch_streams"
+	MetricHealthEvents   = "nvinject_device_plugin_health_events_total"
+	MetricDeviceHealthy  = "nvinject_device_plugin_device_healthy"
+	MetricNRIInjections  = "nvinject_nri_injections_total"
+	MetricNRIRefusals    = "nvinject_nri_refusals_total"
+	MetricNRICreate      = "nvinject_nri_create_container_seconds"
+	MetricNRIConnected   = "nvinject_nri_connected"
+	MetricNRIRunningGPUs = "nvinject_nri_running_gpu_containers"
+)
