@@ -7,6 +7,12 @@ SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 MODULE := github.com/nvinject/nvinject
+# The one version of nvinject: binaries (--version), image tags and labels,
+# the Helm chart and the manifests' image references all derive from it.
+VERSION ?= 0.2.0
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X $(MODULE)/shared/version.Version=$(VERSION) -X $(MODULE)/shared/version.Revision=$(REVISION)
+export VERSION REVISION
 # go-nvml's cgo prologue warns about every deprecated NVML call; the
 # warnings are upstream noise, not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
@@ -22,6 +28,7 @@ include e2e/e2e.mk
 
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
+	$(MODULE)/doctor/cmd/... \
 	$(MODULE)/nri/cmd/... \
 	$(MODULE)/deploy/cmd/... \
 	$(MODULE)/e2e/cmd/...
@@ -29,8 +36,18 @@ CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 .PHONY: build
 build: ## build every binary into bin/
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(CMDS)
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/nvidia-smi-sim $(MODULE)/cdi/cmd/nvidia-smi-sim
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nvidia-smi-sim $(MODULE)/cdi/cmd/nvidia-smi-sim
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+# Packages that need root, the pinned node tools or a whole local node.
+NODE_ONLY := -e '/e2e/scenarios$$' -e '/e2e/localnode$$' -e '/e2e/cmd/nvinject-injbench$$'
+.PHONY: unit
+unit: ## unit tests only: no root, no tools build, no local node
+	NVINJECT_TOOLS_BIN= $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 
 # Node-level packages (a real kubelet/containerd each) run one at a time:
 # kubelet's device-plugin dir and the node's ports are machine-wide. The
@@ -39,7 +56,7 @@ build: ## build every binary into bin/
 NODE_PKGS := $(MODULE)/e2e/localnode $(MODULE)/e2e/cmd/nvinject-injbench
 .PHONY: test
 test: tools build ## unit, integration and local-node tests
-	$(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v -e '/e2e/scenarios$$' -e '/e2e/localnode$$' -e '/e2e/cmd/nvinject-injbench$$')
+	$(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 	$(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/
 
@@ -50,7 +67,7 @@ $(STATICCHECK):
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned) over the workspace
-	@out=$$(gofmt -l shared cdi deviceplugin nri deploy e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l shared cdi deviceplugin doctor nri deploy e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(MODULE)/...
 	$(STATICCHECK) $(MODULE)/...
 
@@ -61,9 +78,10 @@ bench: ## Go benchmarks; each figure has an anchor measured in the same run
 
 .PHONY: fuzz
 fuzz: ## run each fuzz target briefly
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 15s $(MODULE)/shared/contract
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/gpu/gpuselect
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/cdi/ldcache
 
 .PHONY: clean
-clean:
+clean: ## remove bin/
 	rm -rf $(BIN)

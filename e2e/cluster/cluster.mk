@@ -5,5 +5,5 @@
 E2E_CLUSTER_TIMEOUT ?= 45m
 
 .PHONY: e2e-cluster
-e2e-cluster:
-	cd e2e && go test -tags e2e -timeout $(E2E_CLUSTER_TIMEOUT) ./cluster/... -v
+e2e-cluster: ## the cluster suite against KUBECONFIG (skipped without one)
+	cd e2e && $(GO) test -tags e2e -timeout $(E2E_CLUSTER_TIMEOUT) ./cluster/... -v

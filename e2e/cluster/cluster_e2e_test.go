@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nvinject/nvinject/e2e/doctor"
+	"github.com/nvinject/nvinject/doctor"
 )
 
 const (

@@ -6,5 +6,5 @@
 INJBENCH_N ?= 20
 
 .PHONY: bench-injection
-bench-injection: build tools
+bench-injection: build tools ## GPU container create+start: nvinject vs containerd native CDI (root)
 	$(or $(BIN),$(CURDIR)/bin)/nvinject-injbench -n $(INJBENCH_N) -bin $(or $(BIN),$(CURDIR)/bin) -tools-bin $(NVINJECT_TOOLS_BIN)

@@ -11,7 +11,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nvinject/nvinject/e2e/doctor"
+	"github.com/nvinject/nvinject/doctor"
 	"github.com/nvinject/nvinject/e2e/simnode"
 )
 
@@ -26,14 +26,7 @@ func runDoctor(t *testing.T, ctx context.Context, mod func(*doctor.Options)) doc
 	o := doctor.Options{
 		Client: d.Kube().Client, Node: d.Node().Name(),
 		CDISpecDirs: d.CDISpecDirs(), ContainerdConfig: d.Node().ContainerdConfig(),
-		NvidiaSMI:           strings.Join(d.HostSMICommand(), " "),
-		DevicePluginMetrics: unreachable, NRIMetrics: unreachable,
-	}
-	if u, err := d.MetricsURL(ctx, simnode.DevicePlugin); err == nil {
-		o.DevicePluginMetrics = u
-	}
-	if u, err := d.MetricsURL(ctx, simnode.NRIPlugin); err == nil {
-		o.NRIMetrics = u
+		NvidiaSMI: strings.Join(d.HostSMICommand(), " "),
 	}
 	if mod != nil {
 		mod(&o)
@@ -100,7 +93,7 @@ func TestDoctorPluginNotRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := waitDoctor(t, ctx, doctor.LayerRegistration, nil)
-	wantBroken(t, r, doctor.LayerRegistration, "no device plugin socket", "single-gpu-device-plugin")
+	wantBroken(t, r, doctor.LayerRegistration, "no single-gpu-device-plugin pod", "DaemonSet")
 }
 
 // Xid 79 on the selected GPU: the device is unhealthy.

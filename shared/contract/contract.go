@@ -37,9 +37,11 @@ const (
 	// ConfigMapName and ConfigMapKey hold the selected GPU's UUID (the seed's).
 	ConfigMapName = "single-gpu-device-plugin"
 	ConfigMapKey  = "selected-gpu-uuid"
-	// DevicePluginApp and NRIApp are the app labels of the two DaemonSets'
-	// pods, by which the doctor finds them.
+	// AppLabel is the label key of the daemons' pods; DevicePluginApp,
+	// DRAApp and NRIApp are its values, by which the doctor finds them.
+	AppLabel        = "app.kubernetes.io/name"
 	DevicePluginApp = "single-gpu-device-plugin"
+	DRAApp          = "nvinject-dra"
 	NRIApp          = "nvinject-nri"
 	// DRADriver is nvinject's DRA driver name and DeviceClass name.
 	DRADriver = "gpu.nvinject.io"

@@ -73,16 +73,8 @@ func evidence(ctx context.Context, d *simnode.Deployer, dep simnode.Deployment, 
 	}
 
 	sh.section("nvinject-doctor (each layer of the GPU chain)")
-	dp, err := d.MetricsURL(ctx, simnode.DevicePlugin)
-	if err != nil {
-		return err
-	}
-	nri, err := d.MetricsURL(ctx, simnode.NRIPlugin)
-	if err != nil {
-		return err
-	}
-	_, err = sh.run(ctx, d.Bin("nvinject-doctor"), "--kubeconfig", k.Kubeconfig, "--node", node.Name(),
+	_, err = sh.run(ctx, d.Bin("nvinject-doctor"), "--kubeconfig", k.Kubeconfig, "--node-name", node.Name(),
 		"--cdi-spec-dir", strings.Join(d.CDISpecDirs(), ","), "--containerd-config", node.ContainerdConfig(),
-		"--nvidia-smi", strings.Join(d.HostSMICommand(), " "), "--device-plugin-metrics", dp, "--nri-metrics", nri)
+		"--nvidia-smi", strings.Join(d.HostSMICommand(), " "))
 	return err
 }

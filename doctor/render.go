@@ -60,3 +60,18 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// WriteExplain writes what each layer means: the seed's troubleshooting
+// row, the evidence the doctor reads for it, and what each verdict says.
+func WriteExplain(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAYER\tSEED ROW (symptom → what to check)\tTHE DOCTOR READS")
+	for _, c := range Checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Layer, c.Seed, c.Reads)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "\nVerdicts: OK the layer's evidence was read and holds; BROKEN a problem was found (the first broken layer is the one to fix first, later ones often follow from it); UNKNOWN some evidence could not be read (the FIX says which flag gives it).\nExit status: 0 no layer broken, 1 a layer broken or the doctor failed, 2 bad usage.")
+	return err
+}

@@ -256,18 +256,36 @@ func collectRuntimeClass(ctx context.Context, c kubernetes.Interface, name strin
 	return RuntimeClassEvidence{Exists: true, Handler: rc.Handler}
 }
 
-func collectApp(ctx context.Context, c kubernetes.Interface, o Options) AppEvidence {
-	ev := AppEvidence{Selector: o.PodSelector}
-	if o.PodNamespace != "" {
-		ev.Selector = o.PodNamespace + "/" + o.PodSelector
+// appSelector describes which pods the application layer examines.
+func appSelector(o Options) string {
+	sel := o.PodSelector
+	if sel == "" {
+		sel = "pods requesting " + o.Resource + " on the node"
 	}
-	pods, err := c.CoreV1().Pods(o.PodNamespace).List(ctx, metav1.ListOptions{LabelSelector: o.PodSelector})
+	if o.PodNamespace != "" {
+		sel = o.PodNamespace + "/" + sel
+	}
+	return sel
+}
+
+// collectApp reads the application's pods: those PodSelector selects, or
+// by default every pod on the node that requests the GPU resource.
+func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Options) AppEvidence {
+	ev := AppEvidence{Selector: appSelector(o)}
+	lo := metav1.ListOptions{LabelSelector: o.PodSelector}
+	if o.PodSelector == "" {
+		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}
+	pods, err := c.CoreV1().Pods(o.PodNamespace).List(ctx, lo)
 	if err != nil {
-		ev.Unread = fmt.Sprintf("list pods %s: %v", ev.Selector, err)
+		ev.Unread = fmt.Sprintf("list %s: %v", ev.Selector, err)
 		return ev
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		if o.PodSelector == "" && (p.Spec.NodeName != node || gpuRequest(p.Spec, o.Resource) == 0) {
+			continue
+		}
 		ap := AppPod{PodRef: ref(p), Phase: string(p.Status.Phase), NodeName: p.Spec.NodeName}
 		for _, cs := range p.Status.ContainerStatuses {
 			ap.Containers = append(ap.Containers, appContainer(ctx, c, p, cs, o.LogTailLines))

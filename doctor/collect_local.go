@@ -13,9 +13,9 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvinject/nvinject/e2e/doctor/ctrdconfig"
-	"github.com/nvinject/nvinject/e2e/doctor/promtext"
-	"github.com/nvinject/nvinject/e2e/doctor/smi"
+	"github.com/nvinject/nvinject/doctor/ctrdconfig"
+	"github.com/nvinject/nvinject/doctor/promtext"
+	"github.com/nvinject/nvinject/doctor/smi"
 )
 
 func collectSMI(ctx context.Context, path string) SMIEvidence {
@@ -52,8 +52,17 @@ func collectKubeletDir(dir string) KubeletDirEvidence {
 	return ev
 }
 
-func collectPlugin(ctx context.Context, o Options) PluginEvidence {
+// noMetricsURL says why a daemon's metrics have no URL.
+func noMetricsURL(flagName string, d DaemonEvidence) string {
+	return fmt.Sprintf("no metrics URL (pass --%s, or let the doctor find the pod through the API server): %s", flagName, d.describe())
+}
+
+func collectPlugin(ctx context.Context, o Options, pod DaemonEvidence) PluginEvidence {
 	ev := PluginEvidence{URL: o.DevicePluginMetrics}
+	if ev.URL == "" {
+		ev.Unread = noMetricsURL("device-plugin-metrics", pod)
+		return ev
+	}
 	f, err := promtext.Fetch(ctx, o.HTTPClient, o.DevicePluginMetrics)
 	if err != nil {
 		ev.Unread = err.Error()
@@ -85,8 +94,12 @@ func orZero(p *float64) *float64 {
 	return p
 }
 
-func collectNRIMetrics(ctx context.Context, o Options, ev *NRIEvidence) {
+func collectNRIMetrics(ctx context.Context, o Options, pod DaemonEvidence, ev *NRIEvidence) {
 	ev.URL = o.NRIMetrics
+	if ev.URL == "" {
+		ev.MetricsUnread = noMetricsURL("nri-metrics", pod)
+		return
+	}
 	f, err := promtext.Fetch(ctx, o.HTTPClient, o.NRIMetrics)
 	if err != nil {
 		ev.MetricsUnread = err.Error()

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Check is one row of the seed's troubleshooting table: a pure function of
@@ -12,18 +14,36 @@ import (
 type Check struct {
 	Layer   Layer
 	Symptom string
-	Eval    func(Evidence) Verdict
+	// Seed is the row as the seed writes it (symptom → what to check).
+	Seed string
+	// Reads is the evidence the check judges.
+	Reads string
+	Eval  func(Evidence) Verdict
 }
 
 // Checks are the seed's rows, in chain order.
 var Checks = []Check{
-	{LayerDriver, "nvidia-smi fails on the worker", checkDriver},
-	{LayerRegistration, "worker sees the GPU but the Node has no nvidia.com/gpu", checkRegistration},
-	{LayerHealth, "capacity 1 but allocatable 0", checkHealth},
-	{LayerScheduling, "pod Pending with Insufficient nvidia.com/gpu", checkScheduling},
-	{LayerAllocate, "pod bound but Allocate failed", checkAllocate},
-	{LayerCDIRuntime, "CreateContainerError mentioning CDI/runtime", checkCDIRuntime},
-	{LayerApplication, "device present but CUDA init fails", checkApplication},
+	{LayerDriver, "nvidia-smi fails on the worker",
+		"worker 内 `nvidia-smi` 失败 → 裸机 Driver、Container Toolkit、nvkind 注入",
+		"nvidia-smi --query-gpu (--nvidia-smi), the selected-GPU ConfigMap", checkDriver},
+	{LayerRegistration, "worker sees the GPU but the Node has no nvidia.com/gpu",
+		"worker 能看见 GPU，Node 没有 `nvidia.com/gpu` → Device Plugin 注册、ListAndWatch、socket",
+		"Node capacity, the device-plugins dir (kubelet.sock, plugin socket), the plugin's pod (state, restarts, last error) and metrics (registrations, streams, devices)", checkRegistration},
+	{LayerHealth, "capacity 1 but allocatable 0",
+		"Capacity 为 1，Allocatable 为 0 → 插件报告的设备不再健康，检查 ListAndWatch",
+		"Node capacity vs allocatable, the plugin's device_healthy and health_events metrics, whether the plugin's pod runs", checkHealth},
+	{LayerScheduling, "pod Pending with Insufficient nvidia.com/gpu",
+		"Pod 一直 Pending 且 `Insufficient nvidia.com/gpu` → Scheduler 资源账本与现有 GPU Pod",
+		"GPU requests of pods bound to the node, unscheduled GPU pods and their FailedScheduling messages", checkScheduling},
+	{LayerAllocate, "pod bound but Allocate failed",
+		"Pod 已绑定，出现 `Allocate failed` → Kubelet Device Manager 与 Device Plugin",
+		"pod status and UnexpectedAdmissionError events with Allocate failed, the plugin's refused Allocate counter", checkAllocate},
+	{LayerCDIRuntime, "CreateContainerError mentioning CDI/runtime",
+		"`CreateContainerError` 提到 CDI/runtime → CDI spec、containerd handler、RuntimeClass",
+		"CDI spec files and whether pods' CDI names resolve, the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's metrics and refusals", checkCDIRuntime},
+	{LayerApplication, "device present but CUDA init fails",
+		"容器内有设备，vLLM CUDA 初始化失败 → Driver/用户态兼容、vLLM 参数和应用日志",
+		"the application pods' state and log tail (CUDA/NVML failure lines)", checkApplication},
 }
 
 // Evaluate runs every check on e.
@@ -77,9 +97,9 @@ func (f *finding) verdict(unknownFix string) Verdict {
 }
 
 const (
-	pluginLogs    = "kubectl -n nvidia-device-plugin logs ds/single-gpu-device-plugin --tail=100"
+	pluginLogs    = "kubectl -n " + contract.Namespace + " logs ds/" + contract.DevicePluginApp + " --tail=100"
 	fixDriver     = "check the host driver (nvidia-smi on the host, dmesg | grep -i -e nvrm -e xid), the NVIDIA Container Toolkit, and that nvkind passed the GPU into the worker (docker exec <worker> ls -l /dev/nvidia*)"
-	fixSelected   = "set selected-gpu-uuid in ConfigMap nvidia-device-plugin/single-gpu-device-plugin to a UUID nvidia-smi lists on the worker, or give that GPU to the worker"
+	fixSelected   = "set " + contract.ConfigMapKey + " in ConfigMap " + contract.Namespace + "/" + contract.ConfigMapName + " to a UUID nvidia-smi lists on the worker, or give that GPU to the worker"
 	fixKubelet    = "start kubelet on the node, or pass --kubelet-dir if its root dir is not /var/lib/kubelet"
 	fixPluginDown = "nvinject-device-plugin is not serving: " + pluginLogs + "; check the DaemonSet's nodeSelector matches the worker"
 	fixNoDevices  = "the plugin sees no GPU: selected-gpu-uuid must name a GPU nvidia-smi lists on the worker"
@@ -90,7 +110,7 @@ const (
 	fixCDIDirs    = "add the dir to cdi_spec_dirs in containerd's config (nvinject's drop-in lists /etc/cdi and /var/run/cdi) and restart containerd"
 	fixRC         = "kubectl apply -k deploy (deploy/manifests/runtimeclass.yaml defines RuntimeClass nvidia with handler nvidia)"
 	fixHandler    = "install nvinject's containerd drop-in: nvinject-node install-containerd-config, then restart containerd (on nvkind: docker exec <worker> systemctl restart containerd)"
-	fixNRI        = "nvinject-nri is not connected: kubectl -n nvidia-device-plugin logs ds/nvinject-nri; check containerd's NRI is enabled and its socket (/var/run/nri/nri.sock) is mounted into the pod"
+	fixNRI        = "nvinject-nri is not connected: kubectl -n " + contract.Namespace + " logs ds/" + contract.NRIApp + "; check containerd's NRI is enabled and its socket (/var/run/nri/nri.sock) is mounted into the pod"
 	fixRefusal    = "nvinject-nri refused the container; its message says what differs (runtimeClassName, stale CDI spec, GPU UUID mismatch): correct that, then delete the pod"
 	fixApp        = "the device is in the container but CUDA cannot use it: compare the driver version (nvidia-smi) with the CUDA the image needs, check vLLM's arguments (--gpu-memory-utilization, --max-model-len, model) and read the pod's log"
 )
@@ -139,9 +159,15 @@ func registrationCauses(e Evidence, f *finding) {
 	if p.Unread == "" {
 		f.fact("plugin metrics: registrations ok=%s error=%s listAndWatchStreams=%s devices=%d", num(p.Registrations), num(p.RegistrationErrors), num(p.Streams), len(p.Devices))
 	}
+	d := e.PluginPod
+	if d.known() {
+		f.fact("nvinject-device-plugin: %s", d.describe())
+	}
 	switch {
 	case k.Unread == "" && !k.KubeletSocket:
 		f.problem(fixKubelet, "no kubelet.sock in %s: kubelet is not running or uses another root dir", k.Dir)
+	case d.known() && !d.running() && (d.Pod != "" || p.Unread != ""):
+		f.problem(daemonFix(d), "nvinject-device-plugin is not running on %s: %s", e.Node, d.describe())
 	case k.Unread == "" && len(k.PluginSockets) == 0:
 		f.problem(fixPluginDown, "no device plugin socket in %s", k.Dir)
 	case p.Unread != "":
@@ -209,12 +235,26 @@ func checkHealth(e Evidence) Verdict {
 		}
 	case !n.Published || n.Capacity == 0:
 		f.missing = append(f.missing, fmt.Sprintf("Node %s publishes no %s, so there is no health to judge (see the registration layer)", e.Node, e.Resource))
+	case n.Allocatable < n.Capacity && len(bad) == 0 && e.PluginPod.known() && !e.PluginPod.running():
+		f.problem(daemonFix(e.PluginPod), "Node %s capacity %s=%d but allocatable=%d because nvinject-device-plugin stopped (%s): kubelet keeps a gone plugin's capacity and counts its devices unavailable; no GPU health event is involved", e.Node, e.Resource, n.Capacity, n.Allocatable, e.PluginPod.describe())
 	case n.Allocatable < n.Capacity:
 		f.problem(fixRecover, "Node %s capacity %s=%d but allocatable=%d: kubelet holds %d device(s) Unhealthy", e.Node, e.Resource, n.Capacity, n.Allocatable, n.Capacity-n.Allocatable)
 	default:
 		f.fact("Node %s capacity=%d allocatable=%d", e.Node, n.Capacity, n.Allocatable)
 	}
 	return f.verdict("give the doctor the cluster (--kubeconfig, --node) or the plugin's metrics (--device-plugin-metrics)")
+}
+
+// daemonFix tells how to get a stopped daemon's pod running again.
+func daemonFix(d DaemonEvidence) string {
+	logs := fmt.Sprintf("kubectl -n %s logs ds/%s --previous --tail=100", d.Namespace, d.App)
+	switch {
+	case d.Pod == "":
+		return fmt.Sprintf("no %s pod runs on the node: the DaemonSet is missing (kubectl apply -k deploy) or does not select the node (kubectl -n %s get ds %s -o wide: check its nodeSelector and tolerations)", d.App, d.Namespace, d.App)
+	case d.LastError != "":
+		return "correct what the daemon's last error says (above), then it restarts by itself; more in " + logs
+	}
+	return "read why it does not start: kubectl -n " + d.Namespace + " describe pod " + d.Pod + "; " + logs
 }
 
 func eventsNote(events []string) string {
@@ -403,7 +443,7 @@ func checkApplication(e Evidence) Verdict {
 	a := e.App
 	if a.Unread != "" {
 		f.unread("pods "+a.Selector, a.Unread)
-		return f.verdict("give the doctor the cluster (--kubeconfig) and the application's --pod-selector")
+		return f.verdict("give the doctor the cluster (--kubeconfig), or the application's --pod-selector")
 	}
 	if len(a.Pods) == 0 {
 		f.missing = append(f.missing, "no pod matches "+a.Selector)

@@ -10,6 +10,8 @@ type Evidence struct {
 	SMI          SMIEvidence          `json:"nvidiaSmi"`
 	KubeletDir   KubeletDirEvidence   `json:"kubeletDir"`
 	Plugin       PluginEvidence       `json:"devicePlugin"`
+	PluginPod    DaemonEvidence       `json:"devicePluginPod"`
+	NRIPod       DaemonEvidence       `json:"nriPod"`
 	NodeStatus   NodeEvidence         `json:"nodeStatus"`
 	Selected     SelectedEvidence     `json:"selectedGpu"`
 	Ledger       LedgerEvidence       `json:"ledger"`
@@ -205,4 +207,19 @@ type AppEvidence struct {
 	Selector string   `json:"selector"`
 	Unread   string   `json:"unread,omitempty"`
 	Pods     []AppPod `json:"pods,omitempty"`
+}
+
+// DaemonEvidence is one nvinject daemon's pod on the node, found through
+// the API server.
+type DaemonEvidence struct {
+	App        string `json:"app"`
+	Namespace  string `json:"namespace"`
+	Unread     string `json:"unread,omitempty"`
+	Pod        string `json:"pod,omitempty"`
+	Phase      string `json:"phase,omitempty"`
+	Ready      bool   `json:"ready"`
+	Restarts   int32  `json:"restarts"`
+	Waiting    string `json:"waiting,omitempty"`
+	LastError  string `json:"lastError,omitempty"`
+	MetricsURL string `json:"metricsUrl,omitempty"`
 }

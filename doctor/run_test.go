@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 const (
@@ -99,8 +101,26 @@ func cluster(selected string, extra ...runtime.Object) *fake.Clientset {
 			Data: map[string]string{"selected-gpu-uuid": selected}},
 		&nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "nvidia"}, Handler: "nvidia"},
 		gpuPod("vllm-demo-1", nodeName, corev1.PodRunning),
+		daemonPod(contract.DevicePluginApp, nil),
+		daemonPod(contract.NRIApp, nil),
 	}
 	return fake.NewClientset(append(objs, extra...)...)
+}
+
+// daemonPod is a running daemon pod on the node, or one crash-looping with
+// lastMessage as its previous run's termination message.
+func daemonPod(app string, lastMessage *string) *corev1.Pod {
+	cs := corev1.ContainerStatus{Name: app, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	if lastMessage != nil {
+		cs = corev1.ContainerStatus{Name: app, RestartCount: 4,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, Message: *lastMessage}}}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: app + "-x1", Namespace: contract.Namespace, Labels: map[string]string{contract.AppLabel: app}},
+		Spec:       corev1.PodSpec{NodeName: nodeName},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.5", ContainerStatuses: []corev1.ContainerStatus{cs}},
+	}
 }
 
 func TestRun(t *testing.T) {
@@ -108,11 +128,20 @@ func TestRun(t *testing.T) {
 	pending.Labels = nil
 	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
 		Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."}}
+	mig := "level=ERROR msg=\"nvinject-device-plugin failed\" error=\"GPU 0 GPU-4f1c7a52 has MIG mode on; disable MIG with `nvidia-smi -i 0 -mig 0`\""
+	stopped := cluster(uuid)
+	stopped.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), contract.Namespace, contract.DevicePluginApp+"-x1")
+	stopped.Tracker().Add(daemonPod(contract.DevicePluginApp, &mig))
+	zero := resource.MustParse("0")
+	n, _ := stopped.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", nodeName)
+	n.(*corev1.Node).Status.Allocatable["nvidia.com/gpu"] = zero
+	stopped.Tracker().Update(corev1.SchemeGroupVersion.WithResource("nodes"), n, "")
 	tests := []struct {
-		name     string
-		client   *fake.Clientset
-		noKube   bool
-		remote   bool
+		name      string
+		client    *fake.Clientset
+		noKube    bool
+		remote    bool
+		noMetrics bool
 		want     map[Layer]Status
 		evidence map[Layer]string
 	}{
@@ -124,6 +153,11 @@ func TestRun(t *testing.T) {
 		{name: "selected GPU has no CDI device", client: cluster("GPU-ffffffff-0000-0000-0000-000000000000"),
 			want:     map[Layer]Status{LayerDriver: Broken, LayerCDIRuntime: Broken},
 			evidence: map[Layer]string{LayerCDIRuntime: "nvidia.com/gpu=GPU-ffffffff-0000-0000-0000-000000000000 resolves to no device"}},
+		{name: "device plugin crash-loops on MIG", client: stopped, noMetrics: true,
+			want: map[Layer]Status{LayerRegistration: Broken, LayerHealth: Broken},
+			evidence: map[Layer]string{
+				LayerRegistration: "waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + mig,
+				LayerHealth:       "allocatable=0 because nvinject-device-plugin stopped"}},
 		{name: "node only", noKube: true,
 			want: map[Layer]Status{LayerDriver: OK, LayerRegistration: Unknown, LayerHealth: OK, LayerScheduling: Unknown, LayerAllocate: Unknown, LayerCDIRuntime: Unknown, LayerApplication: Unknown}},
 		{name: "remote", client: cluster(uuid), remote: true,
@@ -133,6 +167,9 @@ func TestRun(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			o := newNode(t).opts
 			o.Node, o.NoKube, o.Remote = nodeName, tt.noKube, tt.remote
+			if tt.noMetrics {
+				o.DevicePluginMetrics = ""
+			}
 			if tt.client != nil {
 				o.Client = tt.client
 			}
@@ -147,5 +184,16 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestDaemonMetricsFoundFromPod(t *testing.T) {
+	d := collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, nodeName, contract.NRIMetricsPort)
+	if d.MetricsURL != "http://10.0.0.5:9482/metrics" || !d.running() {
+		t.Errorf("got %+v", d)
+	}
+	d = collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, "other-node", contract.NRIMetricsPort)
+	if d.Pod != "" || d.running() || !strings.Contains(d.describe(), "no nvinject-nri pod") {
+		t.Errorf("a pod on another node was taken: %+v", d)
 	}
 }

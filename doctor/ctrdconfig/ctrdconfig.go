@@ -11,6 +11,8 @@ import (
 	"slices"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Config is what the doctor needs from containerd's configuration.
@@ -28,9 +30,9 @@ type Config struct {
 
 // criPlugins are the CRI runtime plugin's names in config version 3
 // (containerd 2.x) and version 2 (containerd 1.7).
-var criPlugins = []string{"io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri"}
+var criPlugins = []string{contract.ContainerdCRIRuntime, contract.ContainerdCRILegacy}
 
-const nriPlugin = "io.containerd.nri.v1.nri"
+const nriPlugin = contract.ContainerdNRI
 
 // Load reads path and everything it imports.
 func Load(path string) (Config, error) {

@@ -33,6 +33,10 @@ func TestRun(t *testing.T) {
 		{"json", append([]string{"--json", "--nvidia-smi", bad}, base...), 1, `"layer": "driver"`},
 		{"bad flag", []string{"--nope"}, 2, "flag provided but not defined"},
 		{"stray argument", []string{"extra"}, 2, "unexpected arguments"},
+		{"help", []string{"--help"}, 0, "Usage: nvinject-doctor [flags]"},
+		{"version", []string{"--version"}, 0, "nvinject-doctor dev"},
+		{"explain", []string{"--explain"}, 0, "Capacity 为 1，Allocatable 为 0"},
+		{"deprecated alias", append([]string{"--nvidia-smi", good, "--resource=nvidia.com/gpu"}, base...), 0, "--resource is deprecated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,22 +6,19 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// Metric names the doctor reads from the daemons' /metrics
-// (deviceplugin/internal/metrics and nri/internal/metrics).
+// Metric names the doctor reads from the daemons' /metrics.
 const (
-	// MetricRegistrations{result="ok"|"error"} counts Register calls.
-	MetricRegistrations = "nvinject_device_plugin_registrations_total"
-	MetricStreams       = "nvinject_device_plugin_list_and_watch_streams"
-	// MetricDeviceHealthy{uuid,device_id} is 1 when Healthy.
-	MetricDeviceHealthy = "nvinject_device_plugin_device_healthy"
-	// MetricHealthEvents{kind,xid,ignored} counts NVML health events.
-	MetricHealthEvents = "nvinject_device_plugin_health_events_total"
-	// MetricAllocations{result="ok"|"refused"} counts Allocate requests.
-	MetricAllocations  = "nvinject_device_plugin_allocations_total"
-	MetricNRIConnected = "nvinject_nri_connected"
-	MetricNRIRefusals  = "nvinject_nri_refusals_total"
+	MetricRegistrations = contract.MetricRegistrations
+	MetricStreams       = contract.MetricStreams
+	MetricDeviceHealthy = contract.MetricDeviceHealthy
+	MetricHealthEvents  = contract.MetricHealthEvents
+	MetricAllocations   = contract.MetricAllocations
+	MetricNRIConnected  = contract.MetricNRIConnected
+	MetricNRIRefusals   = contract.MetricNRIRefusals
 )
 
 // Options say where the doctor reads its evidence. The zero value of a
@@ -49,17 +46,24 @@ type Options struct {
 	// the worker ("docker exec k8s-ai-infra-worker nvidia-smi").
 	NvidiaSMI string
 
+	// DevicePluginMetrics and NRIMetrics are the daemons' metrics URLs;
+	// empty finds each daemon's pod on the node through the API server
+	// (DaemonNamespace, label contract.AppLabel) and reads its pod IP.
 	DevicePluginMetrics string
 	NRIMetrics          string
+	DaemonNamespace     string
 
+	// PodSelector selects the application's pods; empty takes every pod on
+	// the node that requests Resource.
 	PodSelector  string
 	PodNamespace string
 
 	Resource     string
 	RuntimeClass string
-	// CDIKind is vendor/class of nvinject's CDI devices; names are
-	// CDIKind=<GPU UUID>.
-	CDIKind string
+	// CDIVendor and CDIClass are nvinject's CDI kind; names are
+	// vendor/class=<GPU UUID>.
+	CDIVendor string
+	CDIClass  string
 
 	ConfigMapNamespace string
 	ConfigMapName      string
@@ -74,19 +78,18 @@ type Options struct {
 // Defaults are the seed's paths, names and ports.
 func Defaults() Options {
 	return Options{
-		KubeletDir:          "/var/lib/kubelet/device-plugins",
-		CDISpecDirs:         []string{"/etc/cdi", "/var/run/cdi"},
-		ContainerdConfig:    "/etc/containerd/config.toml",
-		NvidiaSMI:           "nvidia-smi",
-		DevicePluginMetrics: "http://127.0.0.1:9481/metrics",
-		NRIMetrics:          "http://127.0.0.1:9482/metrics",
-		PodSelector:         "app=vllm-demo",
-		Resource:            "nvidia.com/gpu",
-		RuntimeClass:        "nvidia",
-		CDIKind:             "nvidia.com/gpu",
-		ConfigMapNamespace:  "nvidia-device-plugin",
-		ConfigMapName:       "single-gpu-device-plugin",
-		ConfigMapKey:        "selected-gpu-uuid",
+		KubeletDir:         "/var/lib/kubelet/device-plugins",
+		CDISpecDirs:        contract.CDISpecDirs(),
+		ContainerdConfig:   "/etc/containerd/config.toml",
+		NvidiaSMI:          "nvidia-smi",
+		DaemonNamespace:    contract.Namespace,
+		Resource:           contract.ResourceName,
+		RuntimeClass:       contract.RuntimeHandler,
+		CDIVendor:          contract.CDIVendor,
+		CDIClass:           contract.CDIClass,
+		ConfigMapNamespace: contract.Namespace,
+		ConfigMapName:      contract.ConfigMapName,
+		ConfigMapKey:       contract.ConfigMapKey,
 		LogTailLines:        60,
 		HTTPClient:          &http.Client{Timeout: 5 * time.Second},
 		Logger:              slog.Default(),
@@ -105,12 +108,11 @@ func (o Options) withDefaults() Options {
 	str(&o.KubeletDir, d.KubeletDir)
 	str(&o.ContainerdConfig, d.ContainerdConfig)
 	str(&o.NvidiaSMI, d.NvidiaSMI)
-	str(&o.DevicePluginMetrics, d.DevicePluginMetrics)
-	str(&o.NRIMetrics, d.NRIMetrics)
-	str(&o.PodSelector, d.PodSelector)
+	str(&o.DaemonNamespace, d.DaemonNamespace)
 	str(&o.Resource, d.Resource)
 	str(&o.RuntimeClass, d.RuntimeClass)
-	str(&o.CDIKind, d.CDIKind)
+	str(&o.CDIVendor, d.CDIVendor)
+	str(&o.CDIClass, d.CDIClass)
 	str(&o.ConfigMapNamespace, d.ConfigMapNamespace)
 	str(&o.ConfigMapName, d.ConfigMapName)
 	str(&o.ConfigMapKey, d.ConfigMapKey)

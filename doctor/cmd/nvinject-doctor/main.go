@@ -1,0 +1,125 @@
+// Command nvinject-doctor walks the GPU chain of one node (driver, device
+// plugin registration, device health, scheduling, Allocate, CDI/runtime,
+// application) and prints a verdict per layer with the evidence and fix.
+//
+//	nvinject-doctor --kubeconfig ~/.kube/config --node-name k8s-ai-infra-worker
+//	nvinject-doctor --json --no-kube      # node-local evidence only
+//	nvinject-doctor --explain             # what each layer checks
+//
+// Exit status: 0 when no layer is broken, 1 when one is (or the doctor
+// failed), 2 on bad usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nvinject/nvinject/doctor"
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/logging"
+)
+
+const name = "nvinject-doctor"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// errBroken ends a run whose report has a broken layer (exit 1, the report
+// already says why).
+var errBroken = errors.New("a layer is broken")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := doctorRun(ctx, args, stdout, stderr)
+	if errors.Is(err, errBroken) {
+		return cli.ExitFailure
+	}
+	return cli.Code(name, err, stderr)
+}
+
+func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := doctor.Defaults()
+	o := doctor.Options{}
+	cdiDirs := cli.NewStringList(d.CDISpecDirs...)
+	var asJSON, explain, verbose bool
+	var logFlags logging.Flags
+	timeout := 30 * time.Second
+	c := cli.New(name, "[flags]", cli.WithOutput(stdout, stderr), cli.WithAbout(
+		"Walks the GPU chain of one node and prints a verdict per layer (ok, broken, unknown) with the evidence and the fix. --explain maps each layer to the seed's troubleshooting table."))
+	fs := c.Flags()
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
+	fs.BoolVar(&o.NoKube, "no-kube", false, "do not consult the API server (node-local evidence only)")
+	fs.BoolVar(&o.Remote, "remote", false, "not on the worker: skip its files, sockets and nvidia-smi (API and pod-network evidence only)")
+	fs.StringVar(&o.Node, "node-name", "", "Node name of the GPU worker (default: the only node, or the only one publishing the resource)")
+	fs.StringVar(&o.KubeletDir, "kubelet-dir", d.KubeletDir, "kubelet device-plugins directory")
+	fs.Var(cdiDirs, "cdi-spec-dir", "CDI spec directories (comma list, repeatable)")
+	fs.StringVar(&o.ContainerdConfig, "containerd-config", d.ContainerdConfig, "containerd config file (its imports are followed)")
+	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", d.NvidiaSMI, "nvidia-smi command line, run with the query appended; may reach into the worker: \"docker exec k8s-ai-infra-worker nvidia-smi\"")
+	fs.StringVar(&o.DevicePluginMetrics, "device-plugin-metrics", "", "nvinject-device-plugin metrics URL (default: found from its pod on the node)")
+	fs.StringVar(&o.NRIMetrics, "nri-metrics", "", "nvinject-nri metrics URL (default: found from its pod on the node)")
+	fs.StringVar(&o.DaemonNamespace, "daemon-namespace", d.DaemonNamespace, "namespace of nvinject's DaemonSets")
+	fs.StringVar(&o.PodSelector, "pod-selector", "", "label selector of the application's pods (default: every pod on the node requesting the resource)")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "namespace of the application's pods (default: all)")
+	fs.StringVar(&o.Resource, "resource-name", d.Resource, "extended resource name")
+	fs.StringVar(&o.RuntimeClass, "runtime-handler", d.RuntimeClass, "RuntimeClass name and containerd runtime handler of GPU pods")
+	fs.StringVar(&o.CDIVendor, "cdi-vendor", d.CDIVendor, "CDI vendor of nvinject's GPU devices")
+	fs.StringVar(&o.CDIClass, "cdi-class", d.CDIClass, "CDI class of nvinject's GPU devices")
+	fs.StringVar(&o.ConfigMapNamespace, "configmap-namespace", d.ConfigMapNamespace, "namespace of the selected-GPU ConfigMap")
+	fs.StringVar(&o.ConfigMapName, "configmap", d.ConfigMapName, "ConfigMap holding the selected GPU UUID")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&explain, "explain", false, "print what each layer checks and the seed's troubleshooting row it answers, then exit")
+	fs.BoolVar(&verbose, "v", false, "log collector progress to stderr (same as --log-level=debug)")
+	fs.DurationVar(&timeout, "timeout", timeout, "overall time limit")
+	logFlags.Register(fs, logging.Text)
+	c.Deprecated("node", "node-name")
+	c.Deprecated("resource", "resource-name")
+	c.Deprecated("runtime-class", "runtime-handler")
+	if err := c.Parse(args, nil); err != nil {
+		return err
+	}
+	if len(c.Args()) > 0 {
+		return cli.Usagef("unexpected arguments %q; everything is given by flags", c.Args())
+	}
+	if explain {
+		return doctor.WriteExplain(stdout)
+	}
+	if verbose {
+		logFlags.Level = "debug"
+	} else if logFlags.Level == "info" {
+		logFlags.Level = "error"
+	}
+	log, err := logFlags.Logger(stderr)
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
+	o.Logger, o.CDISpecDirs = log, cdiDirs.Values
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := doctor.Run(ctx, o)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w; raise --timeout or check which input hangs with -v", err)
+		}
+		return err
+	}
+	write := doctor.WriteTable
+	if asJSON {
+		write = doctor.WriteJSON
+	}
+	if err := write(stdout, r); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	if len(r.Broken()) > 0 {
+		return errBroken
+	}
+	return nil
+}

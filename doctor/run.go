@@ -1,0 +1,109 @@
+package doctor
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+const defaultAPITimeout = 10 * time.Second
+
+// Run collects the evidence o points at and evaluates every layer. The
+// error is only for a cancelled context; unreadable inputs become
+// "unknown" verdicts.
+func Run(ctx context.Context, o Options) (Report, error) {
+	o = o.withDefaults()
+	e := Collect(ctx, o)
+	if err := ctx.Err(); err != nil {
+		return Report{}, err
+	}
+	return Report{Node: e.Node, Time: o.Now().UTC(), Verdicts: Evaluate(e), Evidence: e}, nil
+}
+
+// Collect reads every input o names. The API server comes first: it says
+// where the daemons' pods (and so their metrics) are.
+func Collect(ctx context.Context, o Options) Evidence {
+	o = o.withDefaults()
+	log := o.Logger
+	e := Evidence{Node: o.Node, Resource: o.Resource, RuntimeClass: o.RuntimeClass}
+
+	client, kubeErr := kubeClient(o)
+	if kubeErr == "" {
+		node, err := resolveNode(ctx, client, o.Node, o.Resource)
+		if err != nil {
+			kubeErr = err.Error()
+		} else {
+			e.Node = node
+		}
+	}
+	if kubeErr != "" {
+		log.Warn("no cluster evidence", "why", kubeErr)
+		e.NodeStatus.Unread, e.Selected.Unread, e.Ledger.Unread, e.Allocate.Unread = kubeErr, kubeErr, kubeErr, kubeErr
+		e.RuntimeCls.Unread, e.NRI.ErrorsUnread, e.App.Unread = kubeErr, kubeErr, kubeErr
+		e.PluginPod = DaemonEvidence{App: contract.DevicePluginApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
+		e.NRIPod = DaemonEvidence{App: contract.NRIApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
+		e.App.Selector = appSelector(o)
+	} else {
+		e.NodeStatus = collectNode(ctx, client, e.Node, o.Resource)
+		e.Selected = collectSelected(ctx, client, o)
+		kf := collectPods(ctx, client, e.Node, o.Resource)
+		e.Ledger, e.Allocate, e.NRI.CreateErrors = kf.ledger, kf.allocate, kf.create
+		if kf.err != "" {
+			e.Ledger.Unread, e.Allocate.Unread, e.NRI.ErrorsUnread = kf.err, kf.err, kf.err
+		}
+		e.RuntimeCls = collectRuntimeClass(ctx, client, o.RuntimeClass)
+		e.App = collectApp(ctx, client, e.Node, o)
+		e.PluginPod = collectDaemon(ctx, client, o.DaemonNamespace, contract.DevicePluginApp, e.Node, contract.DevicePluginMetricsPort)
+		e.NRIPod = collectDaemon(ctx, client, o.DaemonNamespace, contract.NRIApp, e.Node, contract.NRIMetricsPort)
+	}
+	o.DevicePluginMetrics = metricsURL(o.DevicePluginMetrics, e.PluginPod)
+	o.NRIMetrics = metricsURL(o.NRIMetrics, e.NRIPod)
+
+	if o.Remote {
+		const why = "not on the worker (--remote)"
+		e.SMI = SMIEvidence{Path: o.NvidiaSMI, Unread: why}
+		e.KubeletDir = KubeletDirEvidence{Dir: o.KubeletDir, Unread: why}
+		e.Containerd = ContainerdEvidence{Path: o.ContainerdConfig, Unread: why}
+	} else {
+		e.SMI = collectSMI(ctx, o.NvidiaSMI)
+		e.KubeletDir = collectKubeletDir(o.KubeletDir)
+		e.Containerd = collectContainerd(o.ContainerdConfig)
+	}
+	// Metrics are read over the pod network, so --remote does not stop them.
+	e.Plugin = collectPlugin(ctx, o, e.PluginPod)
+	collectNRIMetrics(ctx, o, e.NRIPod, &e.NRI)
+
+	kind := contract.CDIKind(o.CDIVendor, o.CDIClass)
+	if o.Remote {
+		e.CDI = CDIEvidence{Dirs: o.CDISpecDirs, Wanted: wantedNames(e, kind), Unread: "not on the worker (--remote)"}
+	} else {
+		e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, kind))
+	}
+	log.Debug("evidence collected", "node", e.Node)
+	return e
+}
+
+// metricsURL is the URL given, else the one found from the daemon's pod.
+func metricsURL(given string, d DaemonEvidence) string {
+	if given != "" {
+		return given
+	}
+	return d.MetricsURL
+}
+
+func kubeClient(o Options) (kubernetes.Interface, string) {
+	switch {
+	case o.Client != nil:
+		return o.Client, ""
+	case o.NoKube:
+		return nil, "the API server is not consulted (--no-kube)"
+	}
+	c, err := Client(o.Kubeconfig)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return c, ""
+}
