@@ -90,10 +90,10 @@ func Defaults() Options {
 		ConfigMapNamespace: contract.Namespace,
 		ConfigMapName:      contract.ConfigMapName,
 		ConfigMapKey:       contract.ConfigMapKey,
-		LogTailLines:        60,
-		HTTPClient:          &http.Client{Timeout: 5 * time.Second},
-		Logger:              slog.Default(),
-		Now:                 time.Now,
+		LogTailLines:       60,
+		HTTPClient:         &http.Client{Timeout: 5 * time.Second},
+		Logger:             slog.Default(),
+		Now:                time.Now,
 	}
 }
 

@@ -142,8 +142,8 @@ func TestRun(t *testing.T) {
 		noKube    bool
 		remote    bool
 		noMetrics bool
-		want     map[Layer]Status
-		evidence map[Layer]string
+		want      map[Layer]Status
+		evidence  map[Layer]string
 	}{
 		{name: "healthy", client: cluster(uuid),
 			want: map[Layer]Status{LayerDriver: OK, LayerRegistration: OK, LayerHealth: OK, LayerScheduling: OK, LayerAllocate: OK, LayerCDIRuntime: OK, LayerApplication: OK}},
