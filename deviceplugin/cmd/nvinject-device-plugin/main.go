@@ -9,52 +9,62 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/daemon"
+	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
+const name = "nvinject-device-plugin"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	recoverAll := make(chan struct{})
-	go func() {
-		for range hup {
+	// The SIGHUP forwarder is owned by main: it ends with ctx, and main
+	// waits for it before exiting.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
 			select {
-			case recoverAll <- struct{}{}:
+			case <-hup:
+				select {
+				case recoverAll <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
 			case <-ctx.Done():
 				return
 			}
 		}
-	}()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, recoverAll); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "nvinject-device-plugin:", err)
-		os.Exit(1)
-	}
+	})
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, recoverAll)
+	stop()
+	signal.Stop(hup)
+	wg.Wait()
+	os.Exit(cli.Code(name, err, os.Stderr))
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, recoverAll <-chan struct{}) error {
-	cfg, err := config.Load(args, getenv, stderr)
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, recoverAll <-chan struct{}) error {
+	cfg, err := config.Load(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
 	log, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
-		return err
+		return cli.UsageError{Err: err}
 	}
 	log.Info("effective configuration", cfg.Attrs()...)
-	return daemon.New(cfg, log, daemon.WithRecoverAll(recoverAll)).Run(ctx)
+	if err := daemon.New(cfg, log, daemon.WithRecoverAll(recoverAll)).Run(ctx); err != nil {
+		log.Error(name+" failed", logging.Err(err))
+		return err
+	}
+	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 const (
@@ -32,25 +34,26 @@ func cdiNames(d []*pluginapi.CDIDevice) []string {
 func TestContainer(t *testing.T) {
 	tests := []struct {
 		name     string
-		opts     []Option
+		prefix   string
+		strat    []contract.Strategy
 		ids      []string
 		wantAnn  map[string]string
 		wantCDIs string
 	}{
-		{name: "annotations one", opts: []Option{WithCDIAnnotations("nvinject.gpu")}, ids: []string{u0},
+		{name: "annotations one", prefix: "nvinject.gpu", strat: []contract.Strategy{contract.StrategyAnnotations}, ids: []string{u0},
 			wantAnn: map[string]string{"cdi.k8s.io/nvinject.gpu_" + u0: "nvidia.com/gpu=" + u0}},
-		{name: "annotations two", opts: []Option{WithCDIAnnotations("nvinject.gpu")}, ids: []string{u0, u1},
+		{name: "annotations two", prefix: "nvinject.gpu", strat: []contract.Strategy{contract.StrategyAnnotations}, ids: []string{u0, u1},
 			wantAnn: map[string]string{"cdi.k8s.io/nvinject.gpu_" + u0: "nvidia.com/gpu=" + u0 + ",nvidia.com/gpu=" + u1}},
-		{name: "cri two", opts: []Option{WithCRI()}, ids: []string{u0, u1}, wantCDIs: strings.Join(names(u0, u1), " ")},
-		{name: "nri one", opts: []Option{WithNRI()}, ids: []string{u1},
+		{name: "cri two", strat: []contract.Strategy{contract.StrategyCRI}, ids: []string{u0, u1}, wantCDIs: strings.Join(names(u0, u1), " ")},
+		{name: "nri one", strat: []contract.Strategy{contract.StrategyNRI}, ids: []string{u1},
 			wantAnn: map[string]string{"nvinject.io/cdi-devices": "nvidia.com/gpu=" + u1}},
-		{name: "annotations and cri by index", opts: []Option{WithCDIAnnotations("p"), WithCRI()}, ids: []string{"3", "5"},
+		{name: "annotations and cri by index", prefix: "p", strat: []contract.Strategy{contract.StrategyAnnotations, contract.StrategyCRI}, ids: []string{"3", "5"},
 			wantAnn:  map[string]string{"cdi.k8s.io/p_3": "nvidia.com/gpu=3,nvidia.com/gpu=5"},
 			wantCDIs: "nvidia.com/gpu=3 nvidia.com/gpu=5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := New(tt.opts...)
+			r, err := New(tt.prefix, tt.strat...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,16 +75,16 @@ func TestContainer(t *testing.T) {
 }
 
 func TestCheckRefusesLongPrefix(t *testing.T) {
-	r, _ := New(WithCDIAnnotations(strings.Repeat("p", 23)))
+	r, _ := New(strings.Repeat("p", 23), contract.StrategyAnnotations)
 	err := r.Check([]string{u0})
 	if err == nil || !strings.Contains(err.Error(), "--cdi-annotation-prefix") {
 		t.Fatalf("Check = %v; want a refusal naming the prefix", err)
 	}
-	r, _ = New(WithCDIAnnotations(strings.Repeat("p", 22)))
+	r, _ = New(strings.Repeat("p", 22), contract.StrategyAnnotations)
 	if err := r.Check([]string{u0}); err != nil {
 		t.Fatalf("22-char prefix with a UUID fits in 63: %v", err)
 	}
-	if _, err := New(); err == nil {
+	if _, err := New("p"); err == nil {
 		t.Fatal("New without strategies succeeded")
 	}
 }

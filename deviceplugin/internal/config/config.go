@@ -1,12 +1,11 @@
 // Package config reads the device plugin's configuration from flags and
 // their environment aliases (the seed's NVIDIA_VISIBLE_DEVICES, MIG_STRATEGY,
-// DEVICE_LIST_STRATEGY, DEVICE_ID_STRATEGY). It is the only place the
+// DEVICE_LIST_STRATEGY, DEVICE_ID_STRATEGY, then NVINJECT_<FLAG>). It is the only place the
 // plugin reads the environment.
 package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -17,22 +16,13 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
-)
-
-// Strategy is one way Allocate hands CDI device names to the runtime.
-type Strategy string
-
-// Device list strategies.
-const (
-	// StrategyAnnotations sets cdi.k8s.io/<prefix>_<id> container annotations.
-	StrategyAnnotations Strategy = "cdi-annotations"
-	// StrategyCRI fills the CRI CDIDevices field.
-	StrategyCRI Strategy = "cdi-cri"
-	// StrategyNRI sets nvinject's own annotation, read only by nvinject's NRI plugin.
-	StrategyNRI Strategy = "nri"
+	"github.com/nvinject/nvinject/shared/logging"
+	"github.com/nvinject/nvinject/shared/version"
 )
 
 // IDStrategy says which device IDs kubelet sees.
@@ -67,7 +57,7 @@ type Config struct {
 	CDIVendor        string
 	CDIClass         string
 	AnnotationPrefix string
-	Strategies       []Strategy
+	Strategies       []contract.Strategy
 	IDStrategy       IDStrategy
 	VisibleDevices   string
 	Selector         gpuselect.Selector
@@ -83,20 +73,15 @@ type Config struct {
 // KubeletSocket is the kubelet's registration socket.
 func (c Config) KubeletSocket() string { return filepath.Join(c.KubeletDir, "kubelet.sock") }
 
-// Has reports whether s is among the configured strategies.
-func (c Config) Has(s Strategy) bool { return slices.Contains(c.Strategies, s) }
-
 // Attrs renders the configuration for one structured log line.
 func (c Config) Attrs() []any {
-	strs := make([]string, len(c.Strategies))
-	for i, s := range c.Strategies {
-		strs[i] = string(s)
-	}
+	strs := strategyNames(c.Strategies)
 	xids := make([]string, len(c.IgnoredXids))
 	for i, x := range c.IgnoredXids {
 		xids[i] = strconv.FormatUint(x, 10)
 	}
 	return []any{
+		"version", version.Version, "revision", version.Rev(),
 		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "kubelet_dir", c.KubeletDir,
 		"plugin_socket", c.PluginSocket, "resource_name", c.ResourceName,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", c.CDIVendor + "/" + c.CDIClass,
@@ -108,58 +93,52 @@ func (c Config) Attrs() []any {
 	}
 }
 
-// Load parses args (without the program name). A flag given on the command
-// line wins over its environment alias, which wins over the default.
-func Load(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+// Load parses args (without the program name), help to stdout and
+// warnings to stderr. A flag given on the command line wins over its
+// environment alias (the seed's name, then NVINJECT_<FLAG>), which wins over
+// the default.
+func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
 	var c Config
 	var strategies, idStrategy, mig, xids string
-	fs := flag.NewFlagSet("nvinject-device-plugin", flag.ContinueOnError)
-	fs.SetOutput(usage)
-	env := map[string]string{}
-	str := func(p *string, name, envName, def, help string) {
-		env[name] = envName
-		fs.StringVar(p, name, def, help+" (env "+envName+")")
-	}
-	str(&c.NVML, "nvml", "NVINJECT_NVML", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
-	str(&c.DriverRoot, "driver-root", "NVINJECT_DRIVER_ROOT", "/", "where the NVIDIA driver's files are, as this process sees them")
-	str(&c.HostDriverRoot, "host-driver-root", "NVINJECT_HOST_DRIVER_ROOT", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
-	str(&c.KubeletDir, "kubelet-dir", "NVINJECT_KUBELET_DIR", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock)")
-	str(&c.PluginSocket, "plugin-socket", "NVINJECT_PLUGIN_SOCKET", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
-	str(&c.ResourceName, "resource-name", "NVINJECT_RESOURCE_NAME", "nvidia.com/gpu", "extended resource to publish")
-	str(&c.CDISpecDir, "cdi-spec-dir", "NVINJECT_CDI_SPEC_DIR", "/var/run/cdi", "where the CDI spec for the published GPUs is written")
-	str(&c.CDIVendor, "cdi-vendor", "NVINJECT_CDI_VENDOR", "nvidia.com", "CDI vendor of the GPU devices")
-	str(&c.CDIClass, "cdi-class", "NVINJECT_CDI_CLASS", "gpu", "CDI class of the GPU devices")
-	str(&c.AnnotationPrefix, "cdi-annotation-prefix", "NVINJECT_CDI_ANNOTATION_PREFIX", "nvinject.gpu", "plugin name in cdi.k8s.io/<prefix>_<device-id> annotation keys")
-	str(&strategies, "device-list-strategy", "DEVICE_LIST_STRATEGY", "cdi-annotations,cdi-cri", "how Allocate passes CDI names: cdi-annotations, cdi-cri, nri (comma list)")
-	str(&idStrategy, "device-id-strategy", "DEVICE_ID_STRATEGY", string(IDUUID), "device IDs kubelet sees: uuid or index")
-	str(&c.VisibleDevices, "visible-devices", "NVIDIA_VISIBLE_DEVICES", "all", "GPUs to publish: UUIDs or indices (ConfigMap key selected-gpu-uuid), all or none")
-	str(&mig, "mig-strategy", "MIG_STRATEGY", string(gpuselect.MIGNone), "MIG handling: none (whole GPUs only)")
-	str(&c.MetricsAddr, "metrics-addr", "NVINJECT_METRICS_ADDR", ":9481", "address of /metrics, /healthz and /readyz; empty disables")
-	str(&xids, "ignored-xids", "NVINJECT_IGNORED_XIDS", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
-	var quiet string
-	str(&quiet, "health-quiet-period", "NVINJECT_HEALTH_QUIET_PERIOD", "5m", "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
-	str(&c.OnNVMLError, "on-nvml-error", "NVINJECT_ON_NVML_ERROR", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")
-	str(&c.LogFormat, "log-format", "NVINJECT_LOG_FORMAT", "text", "log format: text or json")
-	str(&c.LogLevel, "log-level", "NVINJECT_LOG_LEVEL", "info", "log level: debug, info, warn, error")
-	if err := fs.Parse(args); err != nil {
+	var logFlags logging.Flags
+	cmd := cli.New("nvinject-device-plugin", "[flags]", cli.WithOutput(stdout, stderr), cli.WithEnvPrefix("NVINJECT_"),
+		cli.WithAbout("Publishes the node's selected NVIDIA GPUs to kubelet as an extended resource and answers Allocate with CDI device names only. SIGHUP clears every GPU's Xid and loss marks."))
+	fs := cmd.Flags()
+	fs.StringVar(&c.NVML, "nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
+	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
+	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
+	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock)")
+	fs.StringVar(&c.PluginSocket, "plugin-socket", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
+	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource to publish")
+	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", contract.CDISpecDir, "where the CDI spec for the published GPUs is written")
+	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")
+	fs.StringVar(&c.CDIClass, "cdi-class", contract.CDIClass, "CDI class of the GPU devices")
+	fs.StringVar(&c.AnnotationPrefix, "cdi-annotation-prefix", contract.AnnotationPrefix, "plugin name in cdi.k8s.io/<prefix>_<device-id> annotation keys")
+	fs.StringVar(&strategies, "device-list-strategy", strings.Join(strategyNames(contract.DefaultStrategies()), ","), "how Allocate passes CDI names: cdi-annotations, cdi-cri, nri (comma list)")
+	fs.StringVar(&idStrategy, "device-id-strategy", string(IDUUID), "device IDs kubelet sees: uuid or index")
+	fs.StringVar(&c.VisibleDevices, "visible-devices", "all", "GPUs to publish: UUIDs or indices (ConfigMap key "+contract.ConfigMapKey+"), all or none")
+	fs.StringVar(&mig, "mig-strategy", string(gpuselect.MIGNone), "MIG handling: none (whole GPUs only)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.DevicePluginMetricsPort), "address of /metrics, /healthz and /readyz; empty disables")
+	fs.StringVar(&xids, "ignored-xids", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
+	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
+	fs.StringVar(&c.OnNVMLError, "on-nvml-error", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")
+	logFlags.Register(fs, logging.JSON)
+	// The seed's environment names, tried before NVINJECT_<FLAG>.
+	cmd.Env("device-list-strategy", "DEVICE_LIST_STRATEGY")
+	cmd.Env("device-id-strategy", "DEVICE_ID_STRATEGY")
+	cmd.Env("visible-devices", contract.EnvVisibleDevices)
+	cmd.Env("mig-strategy", "MIG_STRATEGY")
+	if err := cmd.Parse(args, getenv); err != nil {
 		return Config{}, err
 	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments %q; configuration is given by flags and environment only", fs.Args())
+	if len(cmd.Args()) > 0 {
+		return Config{}, cli.Usagef("unexpected arguments %q; configuration is given by flags and environment only", cmd.Args())
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for name, envName := range env {
-		if v := getenv(envName); v != "" && !set[name] {
-			if err := fs.Set(name, v); err != nil {
-				return Config{}, fmt.Errorf("%s=%q: %w", envName, v, err)
-			}
-		}
-	}
+	c.LogFormat, c.LogLevel = logFlags.Format, logFlags.Level
 
 	var err error
 	errs := []error{}
-	if c.Strategies, err = ParseStrategies(strategies); err != nil {
+	if c.Strategies, err = contract.ParseStrategies(strategies); err != nil {
 		errs = append(errs, err)
 	}
 	if c.IDStrategy, err = ParseIDStrategy(idStrategy); err != nil {
@@ -174,8 +153,8 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 	if c.IgnoredXids, err = ParseXids(xids); err != nil {
 		errs = append(errs, err)
 	}
-	if c.QuietPeriod, err = time.ParseDuration(quiet); err != nil || c.QuietPeriod < 0 {
-		errs = append(errs, fmt.Errorf("--health-quiet-period=%q is not valid; give a duration such as 5m, or 0 to recover only on SIGHUP", quiet))
+	if c.QuietPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--health-quiet-period=%s is negative; give a duration such as 5m, or 0 to recover only on SIGHUP", c.QuietPeriod))
 	}
 	if c.NVML != backend.Real {
 		if _, err := sim.ParseSpec(c.NVML); err != nil {
@@ -206,29 +185,17 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 		errs = append(errs, errors.New("--cdi-spec-dir is empty; give the directory containerd reads CDI specs from (/var/run/cdi)"))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return Config{}, err
+		return Config{}, cli.UsageError{Err: err}
 	}
 	return c, nil
 }
 
-// ParseStrategies reads a DEVICE_LIST_STRATEGY value.
-func ParseStrategies(v string) ([]Strategy, error) {
-	var out []Strategy
-	for _, f := range strings.Split(v, ",") {
-		s := Strategy(strings.TrimSpace(f))
-		switch s {
-		case StrategyAnnotations, StrategyCRI, StrategyNRI:
-		case "envvar", "volume-mounts":
-			return nil, fmt.Errorf("DEVICE_LIST_STRATEGY=%q: %q is not supported; nvinject hands out CDI names only: use cdi-annotations, cdi-cri and/or nri", v, s)
-		default:
-			return nil, fmt.Errorf("DEVICE_LIST_STRATEGY=%q: %q is not a strategy; use cdi-annotations, cdi-cri and/or nri, comma-separated", v, s)
-		}
-		if slices.Contains(out, s) {
-			return nil, fmt.Errorf("DEVICE_LIST_STRATEGY=%q names %q twice", v, s)
-		}
-		out = append(out, s)
+func strategyNames(ss []contract.Strategy) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
 	}
-	return out, nil
+	return out
 }
 
 // ParseIDStrategy reads a DEVICE_ID_STRATEGY value.

@@ -7,16 +7,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestLoadDefaults(t *testing.T) {
-	c, err := Load(nil, env(nil), io.Discard)
+	c, err := Load(nil, env(nil), io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Strategies, []Strategy{StrategyAnnotations, StrategyCRI}) || c.IDStrategy != IDUUID ||
+	if !slices.Equal(c.Strategies, contract.DefaultStrategies()) || c.IDStrategy != IDUUID ||
 		c.KubeletDir != "/var/lib/kubelet/device-plugins" || c.ResourceName != "nvidia.com/gpu" ||
 		c.MetricsAddr != ":9481" || !c.Selector.All || c.QuietPeriod != 5*time.Minute ||
 		!slices.Equal(c.IgnoredXids, []uint64{13, 31, 43, 45, 68, 109}) {
@@ -33,7 +35,7 @@ func TestLoadSeedEnvAndFlagPrecedence(t *testing.T) {
 		"DEVICE_ID_STRATEGY":     "index",
 		"NVINJECT_NVML":          "sim:a100-80gb*8",
 	})
-	c, err := Load([]string{"--device-id-strategy=uuid"}, e, io.Discard)
+	c, err := Load([]string{"--device-id-strategy=uuid"}, e, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,9 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 		{env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "gpu0"}, want: `"gpu0" is neither`},
 		{args: []string{"--nvml=cuda"}, want: `--nvml="cuda"`},
 		{args: []string{"--ignored-xids=13,x"}, want: `"x" is not an Xid`},
-		{args: []string{"--health-quiet-period=soon"}, want: `--health-quiet-period="soon"`},
+		{args: []string{"--health-quiet-period=soon"}, want: `invalid value "soon" for flag -health-quiet-period`},
+		{args: []string{"--health-quiet-period=-1s"}, want: `--health-quiet-period=-1s is negative`},
+		{env: map[string]string{"NVINJECT_HEALTH_QUIET_PERIOD": "300"}, want: `NVINJECT_HEALTH_QUIET_PERIOD="300"`},
 		{args: []string{"--on-nvml-error=retry"}, want: `--on-nvml-error="retry"`},
 		{args: []string{"--resource-name=gpu"}, want: `--resource-name="gpu"`},
 		{args: []string{"--cdi-vendor=-x"}, want: `--cdi-vendor="-x"`},
@@ -71,7 +75,7 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
-			_, err := Load(tt.args, env(tt.env), io.Discard)
+			_, err := Load(tt.args, env(tt.env), io.Discard, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Load(%v, %v) error = %v; want it to contain %s", tt.args, tt.env, err, tt.want)
 			}
@@ -86,26 +90,6 @@ func TestParseXids(t *testing.T) {
 			t.Errorf("ParseXids(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-}
-
-func FuzzParseStrategies(f *testing.F) {
-	for _, s := range []string{"cdi-annotations,cdi-cri", "nri", "cdi-cri, nri", "", ",", "envvar", "cdi-cri,cdi-cri"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, v string) {
-		got, err := ParseStrategies(v)
-		if err != nil {
-			return
-		}
-		if len(got) == 0 || len(got) > 3 {
-			t.Fatalf("ParseStrategies(%q) = %v", v, got)
-		}
-		for i, s := range got {
-			if slices.Contains(got[i+1:], s) {
-				t.Fatalf("ParseStrategies(%q) = %v repeats %q", v, got, s)
-			}
-		}
-	})
 }
 
 func FuzzParseXids(f *testing.F) {

@@ -203,17 +203,7 @@ func uuidsOf(devs []gpu.Device) []string {
 }
 
 func (d *Daemon) responder() (*allocate.Responder, error) {
-	var opts []allocate.Option
-	if d.cfg.Has(config.StrategyAnnotations) {
-		opts = append(opts, allocate.WithCDIAnnotations(d.cfg.AnnotationPrefix))
-	}
-	if d.cfg.Has(config.StrategyCRI) {
-		opts = append(opts, allocate.WithCRI())
-	}
-	if d.cfg.Has(config.StrategyNRI) {
-		opts = append(opts, allocate.WithNRI())
-	}
-	return allocate.New(opts...)
+	return allocate.New(d.cfg.AnnotationPrefix, d.cfg.Strategies...)
 }
 
 // openNVML opens the backend; on failure it exits or waits as configured.
