@@ -15,3 +15,9 @@ driver-root:
 .PHONY: nvidia-ctk
 nvidia-ctk:
 	@$(NVINJECT_E2E_DIR)/nvctk/build.sh
+
+# make bookworm-rootfs: a minimal Debian bookworm rootfs tar (mmdebstrap; needs root), the
+# glibc base for workload images and chroots; prints the tar's path.
+.PHONY: bookworm-rootfs
+bookworm-rootfs:
+	@$(NVINJECT_E2E_DIR)/bookworm/build.sh
