@@ -3,6 +3,7 @@ package driverroot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -151,13 +152,36 @@ func TestUnreachableArchive(t *testing.T) {
 	// An empty cache, so nothing is reused, and a mirror nobody listens on.
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	t.Setenv("NVINJECT_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
+	before := hostAptState(t)
 	_, err := Root(context.Background(), Flat)
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Root = %v, want ErrUnavailable", err)
 	}
+	// apt-get update ran with the private configuration only.
+	if after := hostAptState(t); after != before {
+		t.Errorf("the host's apt state changed:\nbefore %s\nafter  %s", before, after)
+	}
 	if !strings.Contains(err.Error(), "fix:") {
 		t.Errorf("error does not say how to fix it: %v", err)
 	}
+}
+
+// hostAptState summarizes the host's apt lists and caches (names, sizes, mtimes).
+func hostAptState(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for _, dir := range []string{"/var/lib/apt/lists", "/var/cache/apt"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if fi, err := e.Info(); err == nil {
+				fmt.Fprintf(&b, "%s/%s:%d:%d ", dir, e.Name(), fi.Size(), fi.ModTime().UnixNano())
+			}
+		}
+	}
+	return b.String()
 }
 
 func TestBadLayout(t *testing.T) {
