@@ -60,8 +60,7 @@ host_mirror() {
 
 mirror=${NVINJECT_DEBIAN_MIRROR:-$(host_mirror)}
 mirror=${mirror:-http://deb.debian.org/debian}
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-key=$({ cat "$here/build.sh"; echo "$mirror"; } | sha256sum | cut -c1-12)
+key=$({ cat "${BASH_SOURCE[0]}"; echo "$mirror"; } | sha256sum | cut -c1-12)
 cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/nvinject
 out=$cache_root/bookworm-$key
 tarball=$out/rootfs.tar

@@ -64,7 +64,6 @@ PACKAGES=(
 LIBDIR=usr/lib/x86_64-linux-gnu
 EXIT_UNAVAILABLE=3
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 layout=${DRIVER_LAYOUT:-flat}
 print_only=0
 while (($#)); do
@@ -80,7 +79,7 @@ debian | flat) ;;
 *) echo "driver root: unknown layout '$layout' (DRIVER_LAYOUT=debian or flat)" >&2; exit 2 ;;
 esac
 
-key=$(sha256sum "$here/build.sh" | cut -c1-12)
+key=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
 cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/nvinject
 out=$cache_root/driver-root-$DRIVER_VERSION-$layout-$key
 root=$out/root
@@ -100,10 +99,9 @@ if [[ -d $root ]]; then
 	exit 0
 fi
 
-for tool in apt-get dpkg-deb ldconfig sha256sum flock; do
-	command -v "$tool" >/dev/null || die "$tool is missing: this script needs Debian's apt, dpkg and libc-bin"
+for tool in dpkg-deb ldconfig sha256sum flock; do
+	command -v "$tool" >/dev/null || die "$tool is missing: this script needs Debian's dpkg, libc-bin, coreutils and util-linux"
 done
-[[ -r $KEYRING ]] || die "$KEYRING is missing: apt-get install debian-archive-keyring, then rerun"
 
 mkdir -p "$cache_root"
 # One build at a time machine-wide (tests may ask for both layouts in parallel).
@@ -175,6 +173,8 @@ fetch_debs() {
 		return 0
 	fi
 
+	command -v apt-get >/dev/null || die "apt-get is missing: the packages are fetched with Debian's apt"
+	[[ -r $KEYRING ]] || die "$KEYRING is missing: apt-get install debian-archive-keyring, then rerun"
 	local mirrors=()
 	if [[ -n ${NVINJECT_DEBIAN_MIRROR:-} ]]; then
 		mirrors=("$NVINJECT_DEBIAN_MIRROR")
