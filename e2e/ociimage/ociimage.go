@@ -1,5 +1,6 @@
-// Package ociimage writes single-layer OCI image archives from host files, so the local
-// node can import images (`ctr images import`) without Docker, a registry or umoci.
+// Package ociimage writes OCI image archives from host files, so the local node can
+// import images (`ctr images import`) without Docker, a registry or umoci. An image is
+// one layer of added files, on top of a root filesystem tar (WithBaseLayer) if given.
 package ociimage
 
 import (
@@ -10,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -25,9 +27,10 @@ import (
 var epoch = time.Unix(0, 0).UTC()
 
 type entry struct {
-	hostPath string // empty for symlinks
+	hostPath string // empty for symlinks and directories
 	link     string
 	mode     int64
+	dir      bool // an explicit directory (AddTree), with mode
 }
 
 // Image collects the files of one image and its runtime config.
@@ -39,6 +42,7 @@ type Image struct {
 	env        []string
 	workdir    string
 	ldd        string
+	base       string // root filesystem tar, the first layer; "" for none
 }
 
 // Option configures an Image.
@@ -58,6 +62,13 @@ func WithWorkingDir(dir string) Option { return func(i *Image) { i.workdir = dir
 
 // WithLdd names the ldd program used by AddBinary (default "ldd").
 func WithLdd(p string) Option { return func(i *Image) { i.ldd = p } }
+
+// WithBaseLayer makes the root filesystem tar at tarPath (uncompressed, e.g. the one
+// e2e/bookworm/build.sh makes) the image's first layer, as it is. The added files form
+// the second layer; their parent directories resolve through the base's symlinks
+// (/lib -> usr/lib in a merged-/usr Debian), so an added file never replaces such a link
+// with a directory, and directories the base has keep their entries there.
+func WithBaseLayer(tarPath string) Option { return func(i *Image) { i.base = tarPath } }
 
 // New starts an image that will be tagged ref (e.g. "registry.k8s.io/pause:3.10.1").
 func New(ref string, opts ...Option) *Image {
@@ -85,6 +96,43 @@ func (img *Image) AddFile(hostPath, imagePath string) error {
 // AddSymlink adds imagePath as a symlink to target (e.g. /bin/sh -> busybox).
 func (img *Image) AddSymlink(imagePath, target string) {
 	img.files[clean(imagePath)] = entry{link: target}
+}
+
+// AddTree adds the tree under hostDir at imageDir: regular files with their permission
+// bits, symlinks as they are (targets not rewritten), directories with their modes.
+// Other file types (devices, sockets) are an error.
+func (img *Image) AddTree(hostDir, imageDir string) error {
+	return filepath.WalkDir(hostDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("add tree %s: %w", hostDir, err)
+		}
+		rel, err := filepath.Rel(hostDir, p)
+		if err != nil {
+			return err
+		}
+		dst := clean(path.Join(imageDir, filepath.ToSlash(rel)))
+		info, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("add tree %s: %w", hostDir, err)
+		}
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return fmt.Errorf("add tree %s: %w", hostDir, err)
+			}
+			img.AddSymlink(dst, target)
+		case d.IsDir():
+			if dst != "/" {
+				img.files[dst] = entry{dir: true, mode: int64(info.Mode().Perm())}
+			}
+		case d.Type().IsRegular():
+			img.files[dst] = entry{hostPath: p, mode: int64(info.Mode().Perm())}
+		default:
+			return fmt.Errorf("add tree %s: %s is a %v, not a file, directory or symlink", hostDir, p, d.Type())
+		}
+		return nil
+	})
 }
 
 // lddLine matches "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and the
@@ -140,11 +188,25 @@ func (img *Image) addLibrary(lib string) error {
 
 // WriteArchive writes the image as an OCI image layout tar to w.
 func (img *Image) WriteArchive(w io.Writer) error {
-	layer, err := img.layer()
+	var base *baseLayer
+	if img.base != "" {
+		var err error
+		if base, err = readBase(img.base); err != nil {
+			return err
+		}
+	}
+	layer, err := img.layer(base)
 	if err != nil {
 		return err
 	}
 	layerDigest := digest(layer)
+	diffIDs := []string{layerDigest}
+	layers := []any{descriptor("application/vnd.oci.image.layer.v1.tar", layer)}
+	if base != nil {
+		diffIDs = append([]string{base.digest}, diffIDs...)
+		layers = append([]any{map[string]any{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+			"digest": base.digest, "size": base.size}}, layers...)
+	}
 	config, err := json.Marshal(map[string]any{
 		"architecture": runtime.GOARCH,
 		"os":           "linux",
@@ -152,7 +214,7 @@ func (img *Image) WriteArchive(w io.Writer) error {
 		"config": map[string]any{
 			"Entrypoint": img.entrypoint, "Cmd": img.cmd, "Env": img.env, "WorkingDir": img.workdir,
 		},
-		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{layerDigest}},
+		"rootfs":  map[string]any{"type": "layers", "diff_ids": diffIDs},
 		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "nvinject-image"}},
 	})
 	if err != nil {
@@ -162,7 +224,7 @@ func (img *Image) WriteArchive(w io.Writer) error {
 		"schemaVersion": 2,
 		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
 		"config":        descriptor("application/vnd.oci.image.config.v1+json", config),
-		"layers":        []any{descriptor("application/vnd.oci.image.layer.v1.tar", layer)},
+		"layers":        layers,
 	})
 	if err != nil {
 		return fmt.Errorf("encode manifest: %w", err)
@@ -206,6 +268,11 @@ func (img *Image) WriteArchive(w io.Writer) error {
 			return fmt.Errorf("write archive: %w", err)
 		}
 	}
+	if base != nil {
+		if err := base.writeBlob(tw); err != nil {
+			return err
+		}
+	}
 	return tw.Close()
 }
 
@@ -222,19 +289,44 @@ func (img *Image) WriteArchiveFile(path string) error {
 	return f.Close()
 }
 
-// layer builds the root filesystem tar, creating parent directories for every entry.
-func (img *Image) layer() ([]byte, error) {
+// layer builds the tar of the added files, creating parent directories for every entry
+// that the base (nil for none) does not already have.
+func (img *Image) layer(base *baseLayer) ([]byte, error) {
+	files := img.files
+	if base != nil {
+		files = map[string]entry{}
+		for p, e := range img.files {
+			r, err := base.resolveParent(p)
+			if err != nil {
+				return nil, err
+			}
+			files[r] = e
+		}
+	}
 	dirs := map[string]bool{}
-	names := make([]string, 0, len(img.files))
-	for p := range img.files {
-		names = append(names, p)
+	names := make([]string, 0, len(files))
+	for p, e := range files {
+		if !e.dir {
+			names = append(names, p)
+		}
 		for d := path.Dir(p); d != "/"; d = path.Dir(d) {
+			if base != nil && base.dirs[d] {
+				continue
+			}
 			dirs[d] = true
 		}
 	}
+	for p, e := range files {
+		if e.dir {
+			dirs[p] = true
+		}
+	}
 	for d := range dirs {
-		if _, ok := img.files[d]; ok {
+		if e, ok := files[d]; ok && !e.dir {
 			return nil, fmt.Errorf("image path %s is both a file and a directory", d)
+		}
+		if base != nil && base.links[d] != "" {
+			return nil, fmt.Errorf("image path %s is a symlink in the base layer and a directory here", d)
 		}
 		names = append(names, d)
 	}
@@ -244,12 +336,16 @@ func (img *Image) layer() ([]byte, error) {
 	for _, p := range names {
 		name := strings.TrimPrefix(p, "/")
 		if dirs[p] {
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755, ModTime: epoch}); err != nil {
+			mode := int64(0o755)
+			if e, ok := files[p]; ok && e.dir {
+				mode = e.mode
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: epoch}); err != nil {
 				return nil, fmt.Errorf("write layer: %w", err)
 			}
 			continue
 		}
-		e := img.files[p]
+		e := files[p]
 		if e.hostPath == "" {
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: e.link, Mode: 0o777, ModTime: epoch}); err != nil {
 				return nil, fmt.Errorf("write layer: %w", err)

@@ -53,7 +53,7 @@ func TestWriteArchive(t *testing.T) {
 	if _, ok := files["blobs/sha256/"+index.Manifests[0].Digest[len("sha256:"):]]; !ok {
 		t.Fatal("manifest blob missing")
 	}
-	layer, err := img.layer()
+	layer, err := img.layer(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

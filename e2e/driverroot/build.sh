@@ -1,0 +1,395 @@
+#!/usr/bin/env bash
+# Builds a driver root holding NVIDIA's REAL driver user space (libcuda, NVML, nvidia-smi,
+# firmware, ...) WITHOUT a kernel module, from Debian's archive, for tests and demos on
+# machines without a GPU. Loading the libraries works; cuInit returns CUDA_ERROR_NO_DEVICE
+# and nvmlInit NVML_ERROR_DRIVER_NOT_LOADED (see /work/shared/notes/real-driver.md).
+#
+#   e2e/driverroot/build.sh [--layout debian|flat]   build if missing, print the root last
+#   e2e/driverroot/build.sh --print-root             print the root's path only
+#
+# DRIVER_LAYOUT (default flat) picks the layout when --layout is not given:
+#   debian  as Debian's packages lay it out once installed: libraries in
+#           usr/lib/x86_64-linux-gnu/nvidia/current/, the public names (libcuda.so.1,
+#           usr/bin/nvidia-smi, ...) ABSOLUTE links through /etc/alternatives, recreated
+#           from the nvidia-alternative package's postinst.
+#   flat    as NVIDIA's .run installer lays it out: libraries in usr/lib/x86_64-linux-gnu
+#           with relative soname links, binaries in usr/bin, firmware in
+#           lib/firmware/nvidia/<version>/.
+#
+# The packages are fetched with a PRIVATE apt configuration (own sources, lists and
+# cache; the host's Debian mirror URI with the non-free, non-free-firmware and contrib
+# components): the host's apt state and installed packages are left untouched and nothing
+# is installed; `dpkg -x` unpacks without maintainer scripts. Versions and sha256 sums are
+# pinned below.
+#
+# Caches (machine-wide, ${XDG_CACHE_HOME:-$HOME/.cache}/nvinject/):
+#   driver-debs-<version>/                        the .debs, shared by both layouts
+#   driver-root-<version>-<layout>-<key>/root     the root; <key> hashes this script
+# A root is built in a temporary directory and renamed into place, so a root that exists
+# is complete: the second run prints it at once.
+#
+# Progress goes to stderr; stdout's last line is the root's path.
+# Exit status 3 means Debian's archive could not be reached (callers may fall back to a
+# simulated root); 1 is any other failure.
+# Environment: NVINJECT_DEBIAN_MIRROR=URI overrides the mirror read from the host's apt
+# sources (e.g. a local mirror).
+set -euo pipefail
+
+DRIVER_VERSION=535.261.03
+SUITES=(bookworm bookworm-updates)
+COMPONENTS=(main contrib non-free non-free-firmware)
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+# package version sha256: exactly what is downloaded and unpacked. nvidia-persistenced is
+# in contrib and bookworm has only 535.171.04 of it; nvidia-alternative is unpacked only
+# for its postinst, which names the /etc/alternatives links of the debian layout.
+PACKAGES=(
+	"libcuda1 535.261.03-1 de1e9ca34164a5983b3f752e6699cf1ad924790f1a843b7d582bab6f99206e1e"
+	"libnvidia-ml1 535.261.03-1 c729da6ab729309dc3f481fe4d38f04ea03b0793154b0962b60117d2f37d082e"
+	"nvidia-smi 535.261.03-1 9b4392fa97957603d96f3cf1141fe78d871f5bcdd2e6bf810bce278cc14cb6d4"
+	"libnvidia-ptxjitcompiler1 535.261.03-1 4e03bb994324a81d1a39d1e3eb0fed3f7f3c31a2b606a6e9110300de4f4fa1a0"
+	"libnvidia-nvvm4 535.261.03-1 74a63c955eb647da46c4d59b9e47a424fff29e4122b06bd8c58b19ff2d3aa5dd"
+	"libnvidia-cfg1 535.261.03-1 a28c8932ee02bcc860d8ab0cdde184339526a4515b476fabfb95190febe32fef"
+	"libnvidia-allocator1 535.261.03-1 5429dcc35b4034a22c9a87ea38e643a124c46a929867abe17b6727364cca12cd"
+	"libcudadebugger1 535.261.03-1 289920bea961585b4f20d39f75cb82c3ba72a7b6bd7b2231a358540bdf5ce556"
+	"nvidia-cuda-mps 535.261.03-1 1341544805aa9c839af45bac5a4bd697cb3eb43105eec439bfba60a8e13ba35a"
+	"libnvidia-pkcs11-openssl3 535.261.03-1 d1b4532c2b447b6611908ae36dc3a4d930b7f810b5b045cc7f6dd3fb1674a417"
+	"nvidia-kernel-support 535.261.03-1 172457cb2e65d377a599f19acaa0ef2726ffd80a4133d215b3349ab7b30cc20c"
+	"libnvcuvid1 535.261.03-1 bb8a9eb5864b8d18b7bc4285e79f62732332749982cb638a6d286cdb294645de"
+	"libnvidia-encode1 535.261.03-1 409c6c3cc1bfe1b2a12dfaa306384c4a561faf37bb2775b0b1412fc98cb0c3d9"
+	"libnvidia-opticalflow1 535.261.03-1 2669cd3f883bda890085ebdf28e814b66ec41c7d9330ce393041dac6001cf125"
+	"firmware-nvidia-gsp 535.261.03-1 ac2e9b2a90a7ba9475ab65d765db781b9c6fc6c6e8c5c838ca911fa1e9939843"
+	"nvidia-persistenced 535.171.04-1~deb12u1 b7edec2139b799211f133f817fb2af9da93490336073fa7aff21a09beb15ac7d"
+	"nvidia-alternative 535.261.03-1 d6f12958f525f3d546a54d11eb2792f6dc94a443a21c6c2c18fb7c765e4e5646"
+)
+LIBDIR=usr/lib/x86_64-linux-gnu
+EXIT_UNAVAILABLE=3
+
+layout=${DRIVER_LAYOUT:-flat}
+print_only=0
+while (($#)); do
+	case $1 in
+	--layout) layout=${2:?--layout needs debian or flat}; shift 2 ;;
+	--layout=*) layout=${1#--layout=}; shift ;;
+	--print-root) print_only=1; shift ;;
+	*) echo "usage: $0 [--layout debian|flat] [--print-root]" >&2; exit 2 ;;
+	esac
+done
+case $layout in
+debian | flat) ;;
+*) echo "driver root: unknown layout '$layout' (DRIVER_LAYOUT=debian or flat)" >&2; exit 2 ;;
+esac
+
+key=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
+cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/nvinject
+out=$cache_root/driver-root-$DRIVER_VERSION-$layout-$key
+root=$out/root
+debs=$cache_root/driver-debs-$DRIVER_VERSION
+
+if ((print_only)); then
+	echo "$root"
+	exit 0
+fi
+
+log() { printf '[driver-root %4ds] %s\n' "$SECONDS" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+if [[ -d $root ]]; then
+	log "cached: $layout root of NVIDIA $DRIVER_VERSION user space (no kernel module)"
+	echo "$root"
+	exit 0
+fi
+
+for tool in dpkg-deb ldconfig sha256sum flock; do
+	command -v "$tool" >/dev/null || die "$tool is missing: this script needs Debian's dpkg, libc-bin, coreutils and util-linux"
+done
+
+mkdir -p "$cache_root"
+# One build at a time machine-wide (tests may ask for both layouts in parallel).
+exec 9>"$cache_root/.driver-root.lock"
+flock 9
+if [[ -d $root ]]; then
+	log "cached (built by a concurrent run): $root"
+	echo "$root"
+	exit 0
+fi
+
+stage=$(mktemp -d "$cache_root/.driver-root-XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+
+deb_file() { echo "$debs/${1}_${2}_amd64.deb"; }
+
+# host_mirrors prints the URIs of the host's Debian archive (apt entries of type deb
+# whose suite is the host's codename, in one-line .list and deb822 .sources files).
+host_mirrors() {
+	local codename
+	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+	[[ -n $codename ]] || return 0
+	local files=()
+	[[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
+	for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+		[[ -f $f ]] && files+=("$f")
+	done
+	((${#files[@]})) || return 0
+	for f in "${files[@]}"; do
+		if [[ $f == *.list ]]; then
+			# deb [options] URI suite components...
+			sed -E 's/#.*//; s/\[[^]]*\]//' "$f" | awk -v c="$codename" '$1 == "deb" && $3 == c { print $2 }'
+		else
+			awk -v c="$codename" '
+				function flush() {
+					if (types ~ /(^| )deb( |$)/ && enabled != "no")
+						for (i = 1; i <= ns; i++) if (s[i] == c) { for (j = 1; j <= nu; j++) print u[j]; break }
+					types = ""; enabled = ""; ns = 0; nu = 0
+				}
+				/^[ \t]*#/ { next }
+				/^[ \t]*$/ { flush(); next }
+				{
+					k = tolower($1); sub(/:$/, "", k); $1 = ""; sub(/^ +/, "")
+					if (k == "types") types = $0
+					else if (k == "enabled") enabled = tolower($0)
+					else if (k == "uris") nu = split($0, u, " ")
+					else if (k == "suites") ns = split($0, s, " ")
+				}
+				END { flush() }' "$f"
+		fi
+	done | awk '!seen[$0]++'
+}
+
+# fetch_debs downloads the pinned packages that are not in $debs yet, with a private apt
+# configuration, and checks every file against its pinned sha256.
+fetch_debs() {
+	local need=() p name version sum
+	for p in "${PACKAGES[@]}"; do
+		read -r name version sum <<<"$p"
+		local f
+		f=$(deb_file "$name" "$version")
+		if [[ -f $f ]] && echo "$sum  $f" | sha256sum -c --status; then
+			continue
+		fi
+		need+=("$name=$version")
+	done
+	if ((${#need[@]} == 0)); then
+		log "packages: all ${#PACKAGES[@]} cached in $debs"
+		return 0
+	fi
+
+	command -v apt-get >/dev/null || die "apt-get is missing: the packages are fetched with Debian's apt"
+	[[ -r $KEYRING ]] || die "$KEYRING is missing: apt-get install debian-archive-keyring, then rerun"
+	local mirrors=()
+	if [[ -n ${NVINJECT_DEBIAN_MIRROR:-} ]]; then
+		mirrors=("$NVINJECT_DEBIAN_MIRROR")
+	else
+		mapfile -t mirrors < <(host_mirrors)
+		((${#mirrors[@]})) || mirrors=(http://deb.debian.org/debian)
+	fi
+	local apt=$stage/apt
+	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/parts" "$apt/download"
+	{
+		echo "Types: deb"
+		echo "URIs: ${mirrors[*]}"
+		echo "Suites: ${SUITES[*]}"
+		echo "Components: ${COMPONENTS[*]}"
+		echo "Signed-By: $KEYRING"
+	} >"$apt/nvinject.sources"
+	# APT_CONFIG is read before apt.conf.d: pointing Dir::Etc::Parts at an empty directory
+	# keeps the host's hooks (update notifiers, cache cleaners, DEP-11 downloads) out of
+	# this private run. The host's Acquire settings (proxies, date checks) are kept.
+	{
+		echo "Dir::Etc::Parts \"$apt/parts\";"
+		echo "Dir::Etc::main \"/dev/null\";"
+		apt-config dump Acquire 2>/dev/null | grep -v -e '^Acquire::IndexTargets' -e '^Acquire "";' || true
+		# The staging dirs live in a private cache (often under /root): _apt could not
+		# enter them, and apt would warn and fetch as root anyway. Files are checked by
+		# apt's signed indexes and again against the sha256 sums pinned above.
+		echo 'APT::Sandbox::User "root";'
+		echo 'Acquire::Retries "1";'
+		echo 'Acquire::http::Timeout "30";'
+		echo 'Acquire::https::Timeout "30";'
+	} >"$apt/apt.conf"
+	local opts=(
+		-o "Dir::Etc::SourceList=$apt/nvinject.sources"
+		-o Dir::Etc::SourceParts=/dev/null
+		-o "Dir::State::Lists=$apt/lists"
+		-o "Dir::Cache=$apt/cache"
+	)
+	log "packages: fetching ${#need[@]} of ${#PACKAGES[@]} from ${mirrors[*]} (${SUITES[*]}: ${COMPONENTS[*]}), private apt state in $apt"
+	local upd
+	if ! upd=$(APT_CONFIG=$apt/apt.conf apt-get "${opts[@]}" update 2>&1) ||
+		grep -qE '^(W|E): (Failed to fetch|Some index files failed)' <<<"$upd" ||
+		! compgen -G "$apt/lists/*_Packages*" >/dev/null; then
+		printf '%s\n' "$upd" | tail -5 >&2
+		log "error: cannot reach Debian's archive at ${mirrors[*]} (apt-get update failed)."
+		log "fix: give this machine HTTP access to ${mirrors[0]} (or a proxy via apt's Acquire::http::Proxy), or set NVINJECT_DEBIAN_MIRROR to a reachable Debian mirror; tests fall back to the simulated driver root meanwhile"
+		exit $EXIT_UNAVAILABLE
+	fi
+	local dl
+	if ! dl=$(cd "$apt/download" && APT_CONFIG=$apt/apt.conf apt-get "${opts[@]}" download "${need[@]}" 2>&1); then
+		printf '%s\n' "$dl" | tail -5 >&2
+		if grep -qE "Can't find a source|Version .* was not found|Unable to locate package" <<<"$dl"; then
+			die "a pinned package version is no longer in Debian's archive (see above): update PACKAGES in e2e/driverroot/build.sh"
+		fi
+		log "error: downloading from Debian's archive failed (see above)"
+		log "fix: check HTTP access to ${mirrors[0]}, or set NVINJECT_DEBIAN_MIRROR; then rerun"
+		exit $EXIT_UNAVAILABLE
+	fi
+	mkdir -p "$debs"
+	for p in "${PACKAGES[@]}"; do
+		read -r name version sum <<<"$p"
+		local f
+		f=$(deb_file "$name" "$version")
+		[[ -f $f ]] && echo "$sum  $f" | sha256sum -c --status && continue
+		local got
+		got=$(compgen -G "$apt/download/${name}_*_amd64.deb" | head -1) || true
+		[[ -n $got ]] || die "apt-get download did not produce $name $version"
+		echo "$sum  $got" | sha256sum -c --status || die "$got does not match its pinned sha256 $sum"
+		mv -f "$got" "$f.tmp" && mv -f "$f.tmp" "$f"
+	done
+	log "packages: $(du -sh "$debs" | cut -f1) in $debs"
+}
+
+# debian_alternatives recreates the links nvidia-alternative's postinst makes with
+# update-alternatives, against the root: ROOT/<link> -> /etc/alternatives/<name> ->
+# <path>, absolute as on an installed system. It reads the slave list from the postinst
+# itself (the slaves, conf_slaves and kmod_slaves groups the non-open driver uses).
+debian_alternatives() {
+	local r=$1 ctl=$stage/nvidia-alternative.control
+	dpkg-deb -e "$(deb_file nvidia-alternative "$(pinned_version nvidia-alternative)")" "$ctl"
+	local postinst=$ctl/postinst
+	local master
+	master=$(grep -oE 'update-alternatives --install /[^ ]+ nvidia /usr/lib/nvidia/current [0-9]+' "$postinst" | head -1) ||
+		die "nvidia-alternative's postinst no longer has the expected update-alternatives --install line"
+	read -r _ _ master_link _ master_path _ <<<"$master"
+	links=()
+	# Same contract as the postinst's add_slave: a slave exists when its source file does.
+	add_slave() {
+		local target_link=$1 name=$2 source_path=$3
+		if [[ -f $r$source_path ]]; then
+			links+=("$target_link nvidia--$name $source_path")
+		fi
+	}
+	add_multiarch_slave() {
+		local target_dir=$1 target_sub_dir=$2 file=$3 source_dir=$4 source_sub_dir=$5 prefix=${6:-} triplet suffix
+		for triplet in / /i386-linux-gnu/ /x86_64-linux-gnu/ /aarch64-linux-gnu/ /powerpc64le-linux-gnu/; do
+			suffix=${triplet%/}
+			suffix=${suffix:+-${suffix#/}}
+			add_slave "$target_dir$triplet$target_sub_dir$file" "$prefix$file$suffix" "$source_dir$triplet$source_sub_dir$file"
+		done
+	}
+	local calls line n=0
+	calls=$(awk '/^\t(slaves|conf_slaves|kmod_slaves)="$/ { on = 1; next } on && /^"$/ { on = 0 } on' "$postinst" |
+		sed -nE 's/^[[:space:]]*\$\((add_(multiarch_)?slave [^)]*)\)[[:space:]]*$/\1/p')
+	[[ -n $calls ]] || die "found no add_slave calls in nvidia-alternative's postinst"
+	while IFS= read -r line; do
+		# Only literal words: the postinst is data here, never run.
+		[[ $line =~ ^add_(multiarch_)?slave(\ [A-Za-z0-9_./@+\"-]+)+$ ]] || die "unexpected line in nvidia-alternative's postinst: $line"
+		eval "$line"
+		n=$((n + 1))
+	done <<<"$calls"
+	mkdir -p "$r/etc/alternatives" "$r$(dirname "$master_link")"
+	ln -s "/etc/alternatives/nvidia" "$r$master_link"
+	ln -s "$master_path" "$r/etc/alternatives/nvidia"
+	local l target name src
+	for l in "${links[@]}"; do
+		read -r target name src <<<"$l"
+		mkdir -p "$r$(dirname "$target")"
+		ln -s "/etc/alternatives/$name" "$r$target"
+		ln -s "$src" "$r/etc/alternatives/$name"
+	done
+	log "debian layout: ${#links[@]} alternatives links (of $n slave entries in the postinst) plus $master_link"
+}
+
+pinned_version() {
+	local p name version sum
+	for p in "${PACKAGES[@]}"; do
+		read -r name version sum <<<"$p"
+		[[ $name == "$1" ]] && { echo "$version"; return; }
+	done
+	return 1
+}
+
+# flatten moves what the packages put under Debian's paths to where NVIDIA's installer
+# puts it; the packages' own relative soname links move with their libraries.
+flatten() {
+	local x=$1 r=$2
+	mkdir -p "$r/$LIBDIR/gbm" "$r/usr/bin" "$r/usr/share/man/man1" "$r/lib"
+	local f
+	for f in "$x/$LIBDIR/nvidia/current"/*; do
+		case ${f##*/} in
+		nvidia-drm_gbm.so)
+			ln -s ../libnvidia-allocator.so.1 "$r/$LIBDIR/gbm/nvidia-drm_gbm.so"
+			rm "$f"
+			;;
+		*) mv "$f" "$r/$LIBDIR/" ;;
+		esac
+	done
+	for f in "$x/$LIBDIR"/*.so*; do mv "$f" "$r/$LIBDIR/"; done
+	mv "$x/usr/lib/nvidia/current/nvidia-smi" "$x"/usr/bin/* "$x"/usr/sbin/* "$r/usr/bin/"
+	mv "$x/usr/lib/nvidia/current/nvidia-smi.1.gz" "$r/usr/share/man/man1/"
+	mv "$x/lib/firmware" "$r/lib/"
+	mkdir -p "$r/usr/share"
+	mv "$x/usr/share/nvidia" "$r/usr/share/"
+	local left
+	left=$(find "$x" \( -name '*.so*' -o -path '*/bin/*' -o -path '*/firmware/*' \) -print -quit)
+	[[ -z $left ]] || die "flat layout: $left was left behind (the packages changed?)"
+	local lib
+	for lib in "$r/$LIBDIR"/*.so."$DRIVER_VERSION"; do
+		[[ -f $lib && ! -L $lib ]] || die "flat layout: $lib is not a file"
+	done
+}
+
+# unversioned soname links missing from the packages are made by ldconfig below, as on a
+# real system (dpkg's ldconfig trigger, NVIDIA's installer).
+run_ldconfig() {
+	local r=$1
+	printf '%s\n' "/$LIBDIR" >"$r/etc/ld.so.conf"
+	# ldconfig -r chroots: root, or a user namespace where we are.
+	if ((EUID == 0)); then
+		ldconfig -r "$r"
+	else
+		unshare -r ldconfig -r "$r" || die "ldconfig -r needs root or unprivileged user namespaces (unshare -r)"
+	fi
+	ldconfig -p -C "$r/etc/ld.so.cache" | grep -q 'libcuda.so.1 ' || die "ldconfig -r $r did not list libcuda.so.1"
+}
+
+write_manifest() {
+	local r=$1 m=$1/usr/share/nvinject/driver-root.txt p name version sum
+	mkdir -p "${m%/*}"
+	{
+		echo "nvinject test driver root: real NVIDIA driver user space, no kernel module."
+		echo "NVIDIA driver $DRIVER_VERSION, layout $layout, built by e2e/driverroot/build.sh (key $key)."
+		echo "From Debian's archive (bookworm: non-free, non-free-firmware, contrib), unpacked with"
+		echo "dpkg -x; no maintainer scripts ran. nvidia-persistenced is 535.171.04-1~deb12u1, the"
+		echo "only version in contrib. Without the kernel module cuInit(0) returns 100"
+		echo "(CUDA_ERROR_NO_DEVICE) and nvmlInit returns 9 (Driver Not Loaded)."
+		echo
+		echo "package version sha256"
+		for p in "${PACKAGES[@]}"; do echo "$p"; done
+	} >"$m"
+}
+
+fetch_debs
+log "unpacking ${#PACKAGES[@]} packages with dpkg -x ($layout layout)"
+x=$stage/x
+mkdir -p "$x"
+for p in "${PACKAGES[@]}"; do
+	read -r name version _ <<<"$p"
+	dpkg-deb -x "$(deb_file "$name" "$version")" "$x"
+done
+case $layout in
+debian)
+	r=$x
+	debian_alternatives "$r"
+	;;
+flat)
+	r=$stage/flat
+	flatten "$x" "$r"
+	;;
+esac
+mkdir -p "$r/etc"
+run_ldconfig "$r"
+write_manifest "$r"
+mkdir -p "$stage/out"
+mv "$r" "$stage/out/root"
+mv -T "$stage/out" "$out"
+log "built $layout root ($(du -sh "$root" | cut -f1)) in ${SECONDS}s: $root"
+echo "$root"

@@ -1,0 +1,23 @@
+# Included by the root Makefile. Equipment for tests and demos with NVIDIA's REAL driver
+# user space and no kernel module; each target prints its result's path on its last line
+# (`make -s driver-root | tail -1`), progress goes to stderr.
+NVINJECT_DRIVERROOT_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
+NVINJECT_E2E_DIR := $(patsubst %/,%,$(dir $(NVINJECT_DRIVERROOT_DIR)))
+DRIVER_LAYOUT ?= flat
+
+# make driver-root [DRIVER_LAYOUT=flat|debian]: NVIDIA 535.261.03 user space from Debian's
+# archive (private apt state, nothing installed), cached machine-wide.
+.PHONY: driver-root
+driver-root:
+	@DRIVER_LAYOUT=$(DRIVER_LAYOUT) $(NVINJECT_DRIVERROOT_DIR)/build.sh
+
+# make nvidia-ctk: NVIDIA's nvidia-ctk and nvidia-cdi-hook (v1.20.2), prints the bin dir.
+.PHONY: nvidia-ctk
+nvidia-ctk:
+	@$(NVINJECT_E2E_DIR)/nvctk/build.sh
+
+# make bookworm-rootfs: a minimal Debian bookworm rootfs tar (mmdebstrap; needs root), the
+# glibc base for workload images and chroots; prints the tar's path.
+.PHONY: bookworm-rootfs
+bookworm-rootfs:
+	@$(NVINJECT_E2E_DIR)/bookworm/build.sh
