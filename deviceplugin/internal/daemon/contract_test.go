@@ -38,8 +38,7 @@ func TestAllocateHonoursTheContract(t *testing.T) {
 					ids = []string{"2", "5"}
 				}
 				next := r.watch(t)
-				for _, id := range ids {
-					untilHealth(t, next, id, pluginapi.Healthy)
+				for h := healthOf(next()); h[ids[0]] != pluginapi.Healthy || h[ids[1]] != pluginapi.Healthy; h = healthOf(next()) {
 				}
 				resp, err := r.client.Allocate(context.Background(), &pluginapi.AllocateRequest{
 					ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}},
