@@ -5,9 +5,8 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -22,31 +21,36 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/httpserve"
 	"github.com/nvinject/nvinject/shared/logging"
+	"github.com/nvinject/nvinject/shared/version"
 )
 
+const name = "nvinject-nri"
+
 func main() {
-	cfg, err := config.Parse(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nvinject-nri:", err)
-		os.Exit(2)
-	}
-	log, err := logging.New(os.Stderr, cfg.LogFormat, cfg.LogLevel)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nvinject-nri:", err)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg, log); err != nil {
-		log.Error("nvinject-nri failed", "error", err.Error())
-		os.Exit(1)
+	err := start(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(cli.Code(name, err, os.Stderr))
+}
+
+func start(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := config.Parse(args, getenv, stdout, stderr)
+	if err != nil {
+		return err
 	}
+	log, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error(name+" failed", logging.Err(err))
+		return err
+	}
+	return nil
 }
 
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
@@ -93,8 +97,9 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	srv := httpserve.New(cfg.MetricsAddr, reg, httpserve.WithReady(runner.Ready), httpserve.WithLogger(log))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(ctx) }()
-	log.Info("starting", "socket", cfg.SocketPath, "plugin", cfg.PluginIdx+"-"+cfg.PluginName,
-		"cdiSpecDirs", cfg.CDISpecDirs, "runtimeHandlers", cfg.RuntimeHandlers, "podResources", cfg.PodResourcesSocket)
+	log.Info("starting", "version", version.Version, "revision", version.Rev(), "socket", cfg.SocketPath, "plugin", cfg.PluginIdx+"-"+cfg.PluginName,
+		"cdi_spec_dirs", cfg.CDISpecDirs, "runtime_handlers", cfg.RuntimeHandlers, "pod_resources", cfg.PodResourcesSocket,
+		"cdi_kind", cfg.CDIVendor+"/"+cfg.CDIClass, "cdi_annotation_prefix", cfg.AnnotationPrefix, "resource_name", cfg.ResourceName)
 	if err := runner.Run(ctx); err != nil {
 		return err
 	}

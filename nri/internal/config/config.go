@@ -1,14 +1,19 @@
-// Package config parses the NRI plugin's command line. Everything is a
-// flag, so the plugin runs the same under systemd, in a DaemonSet or in a
-// test; nothing is read from the environment.
+// Package config parses the NRI plugin's command line and its environment
+// aliases (NVINJECT_<FLAG>); it is the only place the plugin reads the
+// environment, so the plugin runs the same under systemd, in a DaemonSet or
+// in a test.
 package config
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"regexp"
-	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // Config is the parsed command line.
@@ -30,76 +35,65 @@ type Config struct {
 	LogLevel           string
 }
 
-// Defaults for the repeatable flags, used when a flag is not given at all.
-var (
-	DefaultSpecDirs = []string{"/etc/cdi", "/var/run/cdi"}
-	DefaultHandlers = []string{"nvidia"}
-)
-
 var idxRE = regexp.MustCompile(`^[0-9]{2}$`)
 
-// list is a repeatable string flag; the first use replaces the default.
-type list struct {
-	vals []string
-	set  bool
-}
-
-func (l *list) String() string { return strings.Join(l.vals, ",") }
-func (l *list) Set(v string) error {
-	if !l.set {
-		l.vals, l.set = nil, true
-	}
-	l.vals = append(l.vals, v)
-	return nil
-}
-
-// Parse parses args (without the program name).
-func Parse(args []string, stderr io.Writer) (Config, error) {
+// Parse parses args (without the program name) and the environment through
+// getenv (nil: none); help goes to stdout, warnings to stderr.
+func Parse(args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
 	var c Config
-	fs := flag.NewFlagSet("nvinject-nri", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dirs := &list{vals: DefaultSpecDirs}
-	handlers := &list{vals: DefaultHandlers}
+	var logFlags logging.Flags
+	cmd := cli.New("nvinject-nri", "[flags]", cli.WithOutput(stdout, stderr), cli.WithEnvPrefix("NVINJECT_"),
+		cli.WithAbout("nvinject's containerd NRI plugin: for pods of the GPU runtime handlers it resolves the CDI devices allocated to each container, applies their edits and checks the GPU UUIDs the container really gets."))
+	fs := cmd.Flags()
+	dirs := cli.NewStringList(contract.CDISpecDirs()...)
+	handlers := cli.NewStringList(contract.RuntimeHandler)
 	fs.StringVar(&c.SocketPath, "socket-path", "/var/run/nri/nri.sock", "NRI socket of the runtime")
-	fs.StringVar(&c.PluginName, "plugin-name", "nvinject", "NRI plugin name")
-	fs.StringVar(&c.PluginIdx, "plugin-idx", "10", "NRI plugin index (two digits; lower runs earlier)")
-	fs.Var(dirs, "cdi-spec-dir", "CDI spec directory (repeatable; default /etc/cdi and /var/run/cdi)")
-	fs.Var(handlers, "runtime-handler", "runtime handler (RuntimeClass handler) whose pods get GPUs (repeatable; default nvidia)")
-	fs.StringVar(&c.CDIVendor, "cdi-vendor", "nvidia.com", "CDI vendor of nvinject's GPU devices")
-	fs.StringVar(&c.CDIClass, "cdi-class", "gpu", "CDI class of nvinject's GPU devices")
-	fs.StringVar(&c.AnnotationPrefix, "annotation-prefix", "nvinject.gpu", `the device plugin's name in its cdi.k8s.io/<prefix>_<device-id> annotations ("" takes every cdi.k8s.io/ annotation)`)
+	fs.StringVar(&c.PluginName, "plugin-name", contract.NRIPluginName, "NRI plugin name (pods name it in "+contract.RequiredPluginsAnnotation+")")
+	fs.StringVar(&c.PluginIdx, "plugin-idx", contract.NRIPluginIndex, "NRI plugin index (two digits; lower runs earlier)")
+	fs.Var(dirs, "cdi-spec-dir", "CDI spec directories (comma list, repeatable)")
+	fs.Var(handlers, "runtime-handler", "runtime handlers (RuntimeClass handlers) whose pods get GPUs (comma list, repeatable)")
+	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of nvinject's GPU devices")
+	fs.StringVar(&c.CDIClass, "cdi-class", contract.CDIClass, "CDI class of nvinject's GPU devices")
+	fs.StringVar(&c.AnnotationPrefix, "cdi-annotation-prefix", contract.AnnotationPrefix, `the device plugin's name in its cdi.k8s.io/<prefix>_<device-id> annotations ("" takes every cdi.k8s.io/ annotation)`)
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", "", "kubelet PodResources socket; when set, each container's UUIDs must match kubelet's assignment")
-	fs.StringVar(&c.ResourceName, "resource-name", "nvidia.com/gpu", "extended resource compared with kubelet's PodResources")
+	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource compared with kubelet's PodResources (the device plugin's --resource-name)")
 	fs.StringVar(&c.NVML, "nvml", "", `GPU inventory read once at start for the UUID-to-minor check: "real", "sim:a100-80gb[*N]", or empty to trust the CDI specs`)
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the driver's files are, for --nvml=real")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9482", "address serving /metrics, /healthz and /readyz (empty disables)")
-	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
-	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.NRIMetricsPort), "address serving /metrics, /healthz and /readyz (empty disables)")
+	logFlags.Register(fs, logging.JSON)
+	cmd.Deprecated("annotation-prefix", "cdi-annotation-prefix")
+	if err := cmd.Parse(args, getenv); err != nil {
 		return Config{}, err
 	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments %q; nvinject-nri takes flags only", fs.Args())
+	if len(cmd.Args()) > 0 {
+		return Config{}, cli.Usagef("unexpected arguments %q; nvinject-nri takes flags only", cmd.Args())
 	}
-	c.CDISpecDirs, c.RuntimeHandlers = dirs.vals, handlers.vals
-	return c, c.validate()
+	c.CDISpecDirs, c.RuntimeHandlers = dirs.Values, handlers.Values
+	c.LogFormat, c.LogLevel = logFlags.Format, logFlags.Level
+	if err := c.validate(); err != nil {
+		return Config{}, cli.UsageError{Err: err}
+	}
+	return c, nil
 }
 
 func (c Config) validate() error {
 	switch {
 	case !idxRE.MatchString(c.PluginIdx):
-		return fmt.Errorf("--plugin-idx=%q must be two digits, e.g. 10", c.PluginIdx)
+		return fmt.Errorf("--plugin-idx=%q must be two digits, e.g. %s", c.PluginIdx, contract.NRIPluginIndex)
 	case c.PluginName == "":
 		return fmt.Errorf("--plugin-name must not be empty")
 	case c.SocketPath == "":
 		return fmt.Errorf("--socket-path must not be empty")
-	case c.CDIVendor == "" || c.CDIClass == "":
-		return fmt.Errorf("--cdi-vendor and --cdi-class must not be empty")
+	case len(c.CDISpecDirs) == 0:
+		return fmt.Errorf("--cdi-spec-dir must name at least one directory, e.g. %s", contract.CDISpecDir)
+	case len(c.RuntimeHandlers) == 0:
+		return fmt.Errorf("--runtime-handler must name at least one handler, e.g. %s; the default runtime is not a GPU runtime", contract.RuntimeHandler)
 	}
-	for _, h := range c.RuntimeHandlers {
-		if h == "" {
-			return fmt.Errorf("--runtime-handler must not be empty; the default runtime is not a GPU runtime")
-		}
+	if err := parser.ValidateVendorName(c.CDIVendor); err != nil {
+		return fmt.Errorf("--cdi-vendor=%q: %w", c.CDIVendor, err)
+	}
+	if err := parser.ValidateClassName(c.CDIClass); err != nil {
+		return fmt.Errorf("--cdi-class=%q: %w", c.CDIClass, err)
 	}
 	return nil
 }

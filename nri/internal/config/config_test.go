@@ -1,32 +1,47 @@
 package config
 
 import (
+	"bytes"
+	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
+func parse(args []string, env map[string]string) (Config, error) {
+	return Parse(args, func(k string) string { return env[k] }, io.Discard, io.Discard)
+}
+
 func TestDefaults(t *testing.T) {
-	c, err := Parse(nil, io.Discard)
+	c, err := parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SocketPath != "/var/run/nri/nri.sock" || c.PluginName != "nvinject" || c.PluginIdx != "10" || c.MetricsAddr != ":9482" ||
-		!slices.Equal(c.CDISpecDirs, []string{"/etc/cdi", "/var/run/cdi"}) || !slices.Equal(c.RuntimeHandlers, []string{"nvidia"}) {
+	if c.SocketPath != "/var/run/nri/nri.sock" || c.PluginName != contract.NRIPluginName || c.PluginIdx != contract.NRIPluginIndex || c.MetricsAddr != ":9482" ||
+		!slices.Equal(c.CDISpecDirs, contract.CDISpecDirs()) || !slices.Equal(c.RuntimeHandlers, []string{contract.RuntimeHandler}) ||
+		c.AnnotationPrefix != contract.AnnotationPrefix || c.ResourceName != contract.ResourceName || c.LogFormat != "json" {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
 
-func TestRepeatableFlagsReplaceDefaults(t *testing.T) {
-	c, err := Parse([]string{"--cdi-spec-dir", "/a", "--cdi-spec-dir=/b", "--runtime-handler", "nvidia-cdi", "--pod-resources-socket", "/k.sock"}, io.Discard)
+func TestListsEnvAndAliases(t *testing.T) {
+	c, err := parse([]string{"--cdi-spec-dir", "/a,/b", "--cdi-spec-dir=/c", "--runtime-handler", "nvidia-cdi", "--pod-resources-socket", "/k.sock"},
+		map[string]string{"NVINJECT_RESOURCE_NAME": "example.com/gpu", "NVINJECT_CDI_SPEC_DIR": "/ignored"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.CDISpecDirs, []string{"/a", "/b"}) || !slices.Equal(c.RuntimeHandlers, []string{"nvidia-cdi"}) || c.PodResourcesSocket != "/k.sock" {
+	if !slices.Equal(c.CDISpecDirs, []string{"/a", "/b", "/c"}) || !slices.Equal(c.RuntimeHandlers, []string{"nvidia-cdi"}) ||
+		c.PodResourcesSocket != "/k.sock" || c.ResourceName != "example.com/gpu" {
 		t.Fatalf("got %+v", c)
 	}
-	if !slices.Equal(DefaultSpecDirs, []string{"/etc/cdi", "/var/run/cdi"}) {
-		t.Fatalf("defaults were mutated: %v", DefaultSpecDirs)
+	var stderr bytes.Buffer
+	c, err = Parse([]string{"--annotation-prefix=other"}, nil, io.Discard, &stderr)
+	if err != nil || c.AnnotationPrefix != "other" || !strings.Contains(stderr.String(), "--annotation-prefix is deprecated") {
+		t.Fatalf("deprecated alias: %+v %v %q", c, err, stderr.String())
 	}
 }
 
@@ -36,11 +51,14 @@ func TestInvalid(t *testing.T) {
 		{"--plugin-name", ""},
 		{"--runtime-handler", ""},
 		{"--cdi-vendor", ""},
+		{"--cdi-class", "-x"},
 		{"extra"},
 		{"--no-such-flag"},
 	} {
-		if _, err := Parse(args, io.Discard); err == nil {
-			t.Errorf("Parse(%q) accepted", args)
+		_, err := parse(args, nil)
+		var ue cli.UsageError
+		if !errors.As(err, &ue) {
+			t.Errorf("Parse(%q) = %v, want a usage error", args, err)
 		}
 	}
 }
