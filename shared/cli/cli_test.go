@@ -107,3 +107,31 @@ func TestStringList(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestDispatch(t *testing.T) {
+	ran := ""
+	subs := []Subcommand{{Name: "go", Summary: "runs", Run: func(args []string) error {
+		ran = strings.Join(args, " ")
+		return nil
+	}}}
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"--help"}, ExitOK, "  go  "},
+		{[]string{"--version"}, ExitOK, "prog dev"},
+		{nil, ExitUsage, ""},
+		{[]string{"stop"}, ExitUsage, ""},
+		{[]string{"--bogus"}, ExitUsage, ""},
+		{[]string{"go", "a", "b"}, ExitOK, ""},
+	} {
+		var out, errw bytes.Buffer
+		if code := Code("prog", Dispatch("prog", subs, tc.args, &out, &errw), &errw); code != tc.code || !strings.Contains(out.String(), tc.out) {
+			t.Errorf("%v: code %d out %q err %q", tc.args, code, out.String(), errw.String())
+		}
+	}
+	if ran != "a b" {
+		t.Errorf("subcommand got %q", ran)
+	}
+}

@@ -8,13 +8,11 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/nvinject/nvinject/e2e/ociimage"
+	"github.com/nvinject/nvinject/shared/cli"
 )
 
 type pairs []string
@@ -22,15 +20,14 @@ type pairs []string
 func (p *pairs) String() string     { return strings.Join(*p, ",") }
 func (p *pairs) Set(v string) error { *p = append(*p, v); return nil }
 
-func main() {
-	if err := run(); err != nil {
-		slog.Error("nvinject-image failed", "err", err)
-		os.Exit(1)
-	}
-}
+const name = "nvinject-image"
 
-func run() error {
+func main() { os.Exit(cli.Code(name, run(os.Args[1:]), os.Stderr)) }
+
+func run(args []string) error {
 	var files, bins, links, env pairs
+	c := cli.New(name, "--ref REF -o FILE [flags]", cli.WithAbout("Writes an OCI image archive from host files, for `ctr -n k8s.io images import`, without Docker, a registry or umoci."))
+	flag := c.Flags()
 	ref := flag.String("ref", "", "image reference to tag the image with (required)")
 	out := flag.String("o", "", "archive file to write (required)")
 	entrypoint := flag.String("entrypoint", "", "entrypoint, space separated")
@@ -39,17 +36,21 @@ func run() error {
 	flag.Var(&bins, "bin", "HOST=IMAGE: copy a program and the libraries ldd reports (repeatable)")
 	flag.Var(&links, "link", "IMAGE=TARGET: add a symlink (repeatable)")
 	flag.Var(&env, "env", "KEY=VALUE added to the image environment (repeatable)")
-	flag.Parse()
+	if err := c.Parse(args, nil); err != nil {
+		return err
+	}
 	if *ref == "" || *out == "" {
-		flag.Usage()
-		return fmt.Errorf("-ref and -o are required")
+		return cli.Usagef("--ref and -o are required (see %s --help)", name)
+	}
+	if len(c.Args()) > 0 {
+		return cli.Usagef("unexpected arguments %q", c.Args())
 	}
 	img := ociimage.New(*ref, ociimage.WithEntrypoint(strings.Fields(*entrypoint)...),
 		ociimage.WithCmd(strings.Fields(*cmd)...), ociimage.WithEnv(env...))
 	for _, f := range files {
 		host, dst, ok := strings.Cut(f, "=")
 		if !ok {
-			return fmt.Errorf("-file %q: want HOST=IMAGE", f)
+			return cli.Usagef("-file %q: want HOST=IMAGE", f)
 		}
 		if err := img.AddFile(host, dst); err != nil {
 			return err
@@ -58,7 +59,7 @@ func run() error {
 	for _, b := range bins {
 		host, dst, ok := strings.Cut(b, "=")
 		if !ok {
-			return fmt.Errorf("-bin %q: want HOST=IMAGE", b)
+			return cli.Usagef("-bin %q: want HOST=IMAGE", b)
 		}
 		if err := img.AddBinary(host, dst); err != nil {
 			return err
@@ -67,7 +68,7 @@ func run() error {
 	for _, l := range links {
 		dst, target, ok := strings.Cut(l, "=")
 		if !ok {
-			return fmt.Errorf("-link %q: want IMAGE=TARGET", l)
+			return cli.Usagef("-link %q: want IMAGE=TARGET", l)
 		}
 		img.AddSymlink(dst, target)
 	}

@@ -7,9 +7,7 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,17 +15,19 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/e2e/injbench"
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "nvinject-injbench:", err)
-		os.Exit(1)
-	}
-}
+const name = "nvinject-injbench"
 
-func run() error {
+func main() { os.Exit(cli.Code(name, run(os.Args[1:]), os.Stderr)) }
+
+func run(args []string) error {
 	self, _ := os.Executable()
+	c := cli.New(name, "[flags]", cli.WithAbout("Measures GPU container create+start through containerd's native CDI (a) against nvinject-nri (b) on a containerd of its own, interleaved (root)."))
+	flag := c.Flags()
+	var logFlags logging.Flags
 	var (
 		n        = flag.Int("n", 20, "measured GPU containers per path")
 		warmup   = flag.Int("warmup", 1, "unmeasured GPU containers per path before measuring")
@@ -38,15 +38,23 @@ func run() error {
 		timeout  = flag.Duration("timeout", time.Minute, "limit for each CRI call and each daemon's start")
 		verbose  = flag.Bool("v", false, "log progress at debug level")
 	)
-	flag.Parse()
+	logFlags.Register(flag, logging.Text)
+	if err := c.Parse(args, nil); err != nil {
+		return err
+	}
+	if len(c.Args()) > 0 {
+		return cli.Usagef("unexpected arguments %q", c.Args())
+	}
 	if *toolsBin == "" {
-		return fmt.Errorf("no tools dir: pass -tools-bin $(e2e/tools/build.sh --print-bin) or set NVINJECT_TOOLS_BIN")
+		return cli.Usagef("no tools dir: pass --tools-bin $(e2e/tools/build.sh --print-bin) or set NVINJECT_TOOLS_BIN")
 	}
-	level := slog.LevelInfo
 	if *verbose {
-		level = slog.LevelDebug
+		logFlags.Level = "debug"
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log, err := logFlags.Logger(os.Stderr)
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

@@ -1,15 +1,13 @@
 // Command nvinject-localnode runs a real single-node Kubernetes (containerd, etcd,
 // kube-apiserver, scheduler, controller-manager, kubelet) on this host for e2e tests.
 //
-//	nvinject-localnode up     -tools-bin $NVINJECT_TOOLS_BIN
+//	nvinject-localnode up     --tools-bin $NVINJECT_TOOLS_BIN
 //	nvinject-localnode status
 //	nvinject-localnode down
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -20,35 +18,58 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/e2e/localnode"
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
-const dropInPath = "deploy/containerd/nvinject.toml"
+const (
+	name       = "nvinject-localnode"
+	dropInPath = "deploy/containerd/nvinject.toml"
+)
 
 func main() {
-	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	if err := run(); err != nil {
-		slog.Error("nvinject-localnode failed", "err", err)
-		os.Exit(1)
-	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	cancel()
+	os.Exit(cli.Code(name, err, os.Stderr))
 }
 
-func run() error {
-	if len(os.Args) < 2 {
-		return usage()
+func run(ctx context.Context, args []string) error {
+	verb := func(v, summary string) cli.Subcommand {
+		return cli.Subcommand{Name: v, Summary: summary, Run: func(args []string) error { return runVerb(ctx, v, args) }}
 	}
-	verb := os.Args[1]
-	fs := flag.NewFlagSet(verb, flag.ExitOnError)
+	return cli.Dispatch(name, []cli.Subcommand{
+		verb("up", "start the node (root): containerd, etcd, API server, scheduler, controller-manager, kubelet"),
+		verb("status", "list the node's components"),
+		verb("down", "stop the node and remove what it left behind"),
+	}, args, os.Stdout, os.Stderr)
+}
+
+func runVerb(ctx context.Context, verb string, args []string) error {
+	var logFlags logging.Flags
+	c := cli.New(name+" "+verb, "[flags]")
+	fs := c.Flags()
 	runDir := fs.String("run-dir", localnode.DefaultRunDir, "directory for all node state, sockets and logs (keep it short: unix sockets)")
-	toolsBin := fs.String("tools-bin", os.Getenv("NVINJECT_TOOLS_BIN"), "directory with the pinned binaries (`make tools`; default $NVINJECT_TOOLS_BIN)")
+	toolsBin := fs.String("tools-bin", "", "directory with the pinned binaries (`make tools`; default $NVINJECT_TOOLS_BIN)")
 	nodeName := fs.String("node-name", localnode.DefaultNodeName, "Kubernetes node name")
 	dropIn := fs.String("containerd-dropin", "", "containerd config fragment to merge (default: "+dropInPath+" of this checkout if present; \"none\" to skip)")
 	kubeletTmpl := fs.String("kubelet-config", "", "KubeletConfiguration template replacing the embedded one")
 	containerdTmpl := fs.String("containerd-config", "", "containerd config template replacing the embedded one")
 	pause := fs.String("pause-binary", "", "static pause program for the sandbox image (default: build e2e/cmd/pause)")
 	timeout := fs.Duration("timeout", 90*time.Second, "readiness timeout per component")
-	if err := fs.Parse(os.Args[2:]); err != nil {
+	logFlags.Register(fs, logging.Text)
+	c.Env("tools-bin", "NVINJECT_TOOLS_BIN")
+	if err := c.Parse(args, os.Getenv); err != nil {
 		return err
 	}
+	if len(c.Args()) > 0 {
+		return cli.Usagef("unexpected arguments %q", c.Args())
+	}
+	log, err := logFlags.Logger(os.Stderr)
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
+	slog.SetDefault(log)
 	opts := []localnode.Option{
 		localnode.WithRunDir(*runDir), localnode.WithToolsBin(*toolsBin), localnode.WithNodeName(*nodeName),
 		localnode.WithKubeletConfigTemplate(*kubeletTmpl), localnode.WithContainerdConfigTemplate(*containerdTmpl),
@@ -64,12 +85,10 @@ func run() error {
 		opts = append(opts, localnode.WithContainerdDropIn(*dropIn))
 	}
 	node := localnode.New(opts...)
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
 	switch verb {
 	case "up":
 		if *toolsBin == "" {
-			return errors.New("no tools bin dir: run `make tools` and pass -tools-bin or set NVINJECT_TOOLS_BIN")
+			return cli.Usagef("no tools bin dir: run `make tools` and pass --tools-bin or set NVINJECT_TOOLS_BIN")
 		}
 		if err := node.Up(ctx); err != nil {
 			return fmt.Errorf("%w (run `nvinject-localnode down` to clean up)", err)
@@ -79,10 +98,8 @@ func run() error {
 		return nil
 	case "down":
 		return node.Down(ctx)
-	case "status":
-		return printStatus(node.Status(ctx))
 	default:
-		return usage()
+		return printStatus(node.Status(ctx))
 	}
 }
 
@@ -118,9 +135,4 @@ func findDropIn() string {
 		}
 		dir = parent
 	}
-}
-
-func usage() error {
-	fmt.Fprintln(os.Stderr, "usage: nvinject-localnode up|down|status [-run-dir DIR] [-tools-bin DIR] [-node-name NAME] ...")
-	return errors.New("unknown or missing command")
 }
