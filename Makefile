@@ -83,6 +83,11 @@ fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/gpu/gpuselect
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/cdi/ldcache
 
+.PHONY: set-version
+set-version: ## write VERSION into the Helm chart and the Kustomize image tags (make set-version VERSION=x.y.z)
+	sed -i -E 's/^(version|appVersion): .*/\1: $(VERSION)/' deploy/helm/nvinject/Chart.yaml
+	sed -i -E 's/(newTag: )v.*/\1v$(VERSION)/' deploy/base/kustomization.yaml
+
 .PHONY: clean
 clean: ## remove bin/
 	rm -rf $(BIN)

@@ -3,7 +3,7 @@
 # that answers (a docker CLI without a daemon does not count); the local
 # harness (e2e/) builds OCI archives itself.
 IMAGE_REGISTRY ?= ghcr.io/nvinject
-IMAGE_TAG      ?= v0.1.0
+IMAGE_TAG      ?= v$(VERSION)
 IMAGE_BUILDER  ?= $(shell for b in "docker info" "podman info" "buildah version"; do \
                     $$b >/dev/null 2>&1 && { echo $${b%% *}; break; }; done)
 

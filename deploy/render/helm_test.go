@@ -105,3 +105,14 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		})
 	}
 }
+
+// TestHelmPassesSharedSettingsToBothDaemons: non-default values for the
+// settings the daemons share reach both DaemonSets (a custom resource name
+// that reached only the device plugin refused every GPU pod).
+func TestHelmPassesSharedSettingsToBothDaemons(t *testing.T) {
+	o := helm(t, map[string]any{
+		"resourceName": "example.com/accel",
+		"cdi":          map[string]any{"vendor": "example.com", "class": "accel", "annotationPrefix": "ex.accel"},
+	})
+	checkSharedSettings(t, o, "example.com/accel", "example.com", "accel", "ex.accel")
+}

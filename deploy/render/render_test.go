@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 const (
@@ -45,8 +47,8 @@ type build struct {
 var (
 	gpuLabel = map[string]string{"nvidia.com/gpu.present": "true"}
 	released = map[string]string{
-		"device-plugin": "ghcr.io/nvinject/nvinject-device-plugin:v0.1.0",
-		"nri":           "ghcr.io/nvinject/nvinject-nri:v0.1.0",
+		"device-plugin": "ghcr.io/nvinject/nvinject-device-plugin:v0.2.0",
+		"nri":           "ghcr.io/nvinject/nvinject-nri:v0.2.0",
 	}
 	builds = []build{
 		{dir: ".", selectedGPU: "all", nodeSelector: gpuLabel, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/"},
@@ -95,9 +97,10 @@ func TestKustomizeObjects(t *testing.T) {
 			if len(o.namespaces) != 1 || o.namespaces[0].Name != "nvidia-device-plugin" {
 				t.Errorf("namespaces = %v, want nvidia-device-plugin", o.namespaces)
 			}
-			if len(o.configMaps) != 1 || o.configMaps[0].Name != devicePlugin || o.configMaps[0].Namespace != "nvidia-device-plugin" {
+			if len(o.configMaps) != 2 || o.configMaps[0].Name != devicePlugin || o.configMaps[0].Namespace != "nvidia-device-plugin" {
 				t.Fatalf("configMaps = %+v", o.configMaps)
 			}
+			checkSharedSettings(t, o, contract.ResourceName, contract.CDIVendor, contract.CDIClass, contract.AnnotationPrefix)
 			if got := o.configMaps[0].Data; !reflect.DeepEqual(got, map[string]string{"selected-gpu-uuid": b.selectedGPU}) {
 				t.Errorf("ConfigMap data = %v, want selected-gpu-uuid %s", got, b.selectedGPU)
 			}
@@ -114,6 +117,50 @@ func TestKustomizeObjects(t *testing.T) {
 				checkDaemonSet(t, name, ds, b)
 			}
 		})
+	}
+}
+
+// checkSharedSettings: the settings both daemons must agree on reach both
+// from the one nvinject-settings ConfigMap, with the given values, and no
+// DaemonSet overrides one with a flag.
+func checkSharedSettings(t *testing.T, o objects, resource, vendor, class, prefix string) {
+	t.Helper()
+	var settings *corev1.ConfigMap
+	for i := range o.configMaps {
+		if o.configMaps[i].Name == "nvinject-settings" {
+			settings = &o.configMaps[i]
+		}
+	}
+	if settings == nil {
+		t.Fatalf("no nvinject-settings ConfigMap among %d", len(o.configMaps))
+	}
+	want := map[string]string{
+		"NVINJECT_RESOURCE_NAME": resource, "NVINJECT_CDI_VENDOR": vendor,
+		"NVINJECT_CDI_CLASS": class, "NVINJECT_CDI_ANNOTATION_PREFIX": prefix,
+	}
+	if !reflect.DeepEqual(settings.Data, want) {
+		t.Errorf("nvinject-settings = %v, want %v", settings.Data, want)
+	}
+	for _, name := range []string{devicePlugin, nri} {
+		c := o.daemonSets[name].Spec.Template.Spec.Containers[0]
+		if len(c.EnvFrom) != 1 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[0].ConfigMapRef.Name != "nvinject-settings" {
+			t.Errorf("%s does not read nvinject-settings: envFrom %+v", name, c.EnvFrom)
+		}
+		for _, a := range c.Args {
+			for _, flag := range []string{"--resource-name", "--cdi-vendor", "--cdi-class", "--cdi-annotation-prefix", "--annotation-prefix"} {
+				if strings.HasPrefix(a, flag+"=") {
+					t.Errorf("%s overrides the shared setting with %s", name, a)
+				}
+			}
+		}
+		for _, e := range c.Env {
+			if _, shared := want[e.Name]; shared {
+				t.Errorf("%s overrides the shared setting with env %s", name, e.Name)
+			}
+		}
+		if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+			t.Errorf("%s: terminationMessagePolicy %q, want FallbackToLogsOnError (the doctor reads a crash's last error there)", name, c.TerminationMessagePolicy)
+		}
 	}
 }
 
@@ -302,7 +349,7 @@ func TestArgs(t *testing.T) {
 	for _, b := range builds {
 		o := kustomize(t, b.dir)
 		dp := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Args
-		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins", "--resource-name=nvidia.com/gpu",
+		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins",
 			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481"}
 		if !slices.Equal(dp, wantDP) {
 			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
