@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // ErrNeedsMigration marks a config.toml older than version 3.
@@ -78,10 +80,10 @@ func checkVersion(doc map[string]any, configPath string) error {
 // checkConflicts finds settings the drop-in cannot override.
 func checkConflicts(doc map[string]any, configPath string) error {
 	var found []string
-	if v, ok := lookup(doc, "plugins", "io.containerd.nri.v1.nri", "disable").(bool); ok && v {
+	if v, ok := lookup(doc, "plugins", contract.ContainerdNRI, "disable").(bool); ok && v {
 		found = append(found, "[plugins.'io.containerd.nri.v1.nri'] disable = true (remove it: the NRI plugin cannot connect)")
 	}
-	if v, ok := lookup(doc, "plugins", "io.containerd.cri.v1.runtime", "enable_cdi").(bool); ok && !v {
+	if v, ok := lookup(doc, "plugins", contract.ContainerdCRIRuntime, "enable_cdi").(bool); ok && !v {
 		found = append(found, "[plugins.'io.containerd.cri.v1.runtime'] enable_cdi = false (remove it: GPU containers need CDI)")
 	}
 	if len(found) == 0 {

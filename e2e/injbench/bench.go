@@ -39,6 +39,8 @@ import (
 	"time"
 
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Design is the one-line statement of what (a) and (b) are.
@@ -47,8 +49,8 @@ const Design = "a = containerd's own CDI: name in CRI CDIDevices, handler runc-c
 	"both pay the NRI round trip; timed span = CreateContainer+StartContainer, RunPodSandbox excluded"
 
 // devicesAnnotation is the container annotation of device plugin strategy
-// "nri" (shared/annotations.DevicesKey); containerd does not resolve it.
-const devicesAnnotation = "nvinject.io/cdi-devices"
+// "nri"; containerd does not resolve it.
+const devicesAnnotation = contract.DevicesAnnotation
 
 // path is one way of giving a container the GPU.
 type path struct {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"text/template"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Runtime handlers of the benchmark's containerd. HandlerNative is one
@@ -13,7 +15,7 @@ import (
 // HandlerNRI is the one nvinject-nri serves.
 const (
 	HandlerNative = "runc-cdi"
-	HandlerNRI    = "nvidia"
+	HandlerNRI    = contract.RuntimeHandler
 )
 
 //go:embed containerd.toml.tmpl

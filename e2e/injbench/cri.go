@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // cgroupParent holds every benchmark pod's cgroup, so teardown can prove
@@ -161,7 +163,7 @@ func (g gpuCheck) check(spec *oci.Spec) error {
 	if spec.Process != nil {
 		env = spec.Process.Env
 	}
-	if want := "NVINJECT_GPU_UUID_0=" + g.uuid; !slices.Contains(env, want) {
+	if want := contract.EnvUUIDPrefix + "0=" + g.uuid; !slices.Contains(env, want) {
 		return fmt.Errorf("runtime spec lacks env %s", want)
 	}
 	got, recorded := spec.Annotations[uuidsAnnotation]
@@ -175,4 +177,4 @@ func (g gpuCheck) check(spec *oci.Spec) error {
 }
 
 // uuidsAnnotation is where nvinject-nri records the GPUs it checked.
-const uuidsAnnotation = "nvinject.io/gpu-uuids"
+const uuidsAnnotation = contract.GPUUUIDsAnnotation

@@ -10,6 +10,8 @@ import (
 	"text/template"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 //go:embed config/kubelet.yaml config/containerd.toml config/cni.conflist
@@ -21,9 +23,9 @@ const (
 	cniNetwork = "nvinject"
 	cniBridge  = "nvinject0"
 	podSubnet  = "10.233.77.0/24"
-	criPlugin  = "io.containerd.cri.v1.runtime"
-	nriPlugin  = "io.containerd.nri.v1.nri"
-	runcShim   = "io.containerd.runc.v2"
+	criPlugin  = contract.ContainerdCRIRuntime
+	nriPlugin  = contract.ContainerdNRI
+	runcShim   = contract.ContainerdRuncShim
 )
 
 // templateData is what the config templates can refer to.

@@ -1,6 +1,10 @@
 package simnode
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/nvinject/nvinject/shared/contract"
+)
 
 const (
 	// DriverRoot is the host path the local-sim overlay mounts as the driver root.
@@ -13,14 +17,14 @@ const (
 	VLLMImage         = "nvinject.local/vllm-standin:dev"
 	BusyboxImage      = "nvinject.local/busybox:dev"
 
-	Namespace    = "nvidia-device-plugin"
-	DevicePlugin = "single-gpu-device-plugin"
-	NRIPlugin    = "nvinject-nri"
+	Namespace    = contract.Namespace
+	DevicePlugin = contract.DevicePluginApp
+	NRIPlugin    = contract.NRIApp
 	// Resource is the extended resource the device plugin publishes.
-	Resource = "nvidia.com/gpu"
+	Resource = contract.ResourceName
 	// RequiredPluginsAnnotation makes containerd refuse a pod while nvinject-nri is
 	// not connected; the admission policy requires it on nvidia pods.
-	RequiredPluginsAnnotation = "required-plugins.noderesource.dev/pod"
+	RequiredPluginsAnnotation = contract.RequiredPluginsAnnotation
 )
 
 // Option configures a Deployer.

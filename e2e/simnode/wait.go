@@ -10,12 +10,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Metrics ports of the DaemonSets (deploy/base).
 const (
-	DevicePluginMetricsPort = 9481
-	NRIMetricsPort          = 9482
+	DevicePluginMetricsPort = contract.DevicePluginMetricsPort
+	NRIMetricsPort          = contract.NRIMetricsPort
 )
 
 // WaitReady waits until both DaemonSets have rolled out and are Ready, the
