@@ -66,11 +66,28 @@ STATICCHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nvinject/staticcheck-$(STA
 $(STATICCHECK):
 	GOBIN=$(dir $@) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+GO_MODULES := shared cdi deviceplugin doctor nri deploy e2e
+
 .PHONY: lint
-lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned) over the workspace
-	@out=$$(gofmt -l shared cdi deviceplugin doctor nri deploy e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+lint: $(STATICCHECK) modcheck ## gofmt, go vet, staticcheck (pinned) and the module checks over the workspace
+	@out=$$(gofmt -l $(GO_MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(MODULE)/...
 	$(STATICCHECK) $(MODULE)/...
+
+.PHONY: tidy
+tidy: ## go work sync, then go mod tidy in every module
+	$(GO) work sync
+	for m in $(GO_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
+
+# Every module tidy, go work sync a no-op, and one version of each
+# dependency across the modules' go.mod files.
+.PHONY: modcheck
+modcheck: ## the module checks: tidy, synced, one version per dependency
+	@for m in $(GO_MODULES); do (cd $$m && GOFLAGS=-mod=mod $(GO) mod tidy -diff >/dev/null) || { echo "$$m/go.mod is not tidy: run make tidy"; exit 1; }; done
+	@tmp=$$(mktemp -d) && for m in $(GO_MODULES); do mkdir -p $$tmp/$$m && cp $$m/go.mod $$tmp/$$m/; done && \
+	  $(GO) work sync && for m in $(GO_MODULES); do cmp -s $$m/go.mod $$tmp/$$m/go.mod || { cp $$tmp/$$m/go.mod $$m/go.mod; echo "$$m/go.mod differs from the workspace's versions: run make tidy"; exit 1; }; done; rm -rf $$tmp
+	@dup=$$(awk '$$1 ~ /^[a-z]/ && $$2 ~ /^v[0-9]/ && $$1 !~ /^github.com\/nvinject\// {print $$1, $$2}' $(addsuffix /go.mod,$(GO_MODULES)) | sort -u | awk '{n[$$1]++; v[$$1]=v[$$1] " " $$2} END {for (k in n) if (n[k] > 1) print k ":" v[k]}'); \
+	  if [ -n "$$dup" ]; then echo "one dependency at several versions across modules (run make tidy):"; echo "$$dup"; exit 1; fi
 
 BENCHTIME ?= 2000x
 .PHONY: bench
