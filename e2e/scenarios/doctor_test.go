@@ -15,8 +15,6 @@ import (
 	"github.com/nvinject/nvinject/e2e/simnode"
 )
 
-// unreachable is a metrics URL for a daemon that is gone.
-const unreachable = "http://127.0.0.1:1/metrics"
 
 // runDoctor runs the doctor in-process against the shared node, as an
 // operator would on the worker.
