@@ -15,7 +15,6 @@ import (
 	"github.com/nvinject/nvinject/e2e/simnode"
 )
 
-
 // runDoctor runs the doctor in-process against the shared node, as an
 // operator would on the worker.
 func runDoctor(t *testing.T, ctx context.Context, mod func(*doctor.Options)) doctor.Report {
