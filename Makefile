@@ -56,7 +56,7 @@ unit: ## unit tests only: no root, no tools build, no local node
 # `make e2e`.
 NODE_PKGS := $(MODULE)/e2e/localnode $(MODULE)/e2e/cmd/nvinject-injbench
 .PHONY: test
-test: tools build ## unit, integration and local-node tests
+test: tools build images ## unit, integration and local-node tests
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 	$(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/

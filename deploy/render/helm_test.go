@@ -39,8 +39,8 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			"driverRoot":   "/var/lib/nvinject-sim/driver-root",
 			"nodeSelector": map[string]any{"nvidia.com/gpu.present": nil, "kubernetes.io/hostname": "nvinject-sim-worker"},
 			"images": map[string]any{
-				"devicePlugin": map[string]any{"repository": "nvinject.local/nvinject-device-plugin", "tag": "dev", "pullPolicy": "Never"},
-				"nri":          map[string]any{"repository": "nvinject.local/nvinject-nri", "tag": "dev", "pullPolicy": "Never"},
+				"devicePlugin": map[string]any{"pullPolicy": "Never"},
+				"nri":          map[string]any{"pullPolicy": "Never"},
 			},
 		}},
 	}

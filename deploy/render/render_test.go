@@ -58,11 +58,7 @@ var (
 		{dir: "overlays/cdi-only-node", selectedGPU: "all", nodeSelector: gpuLabel, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/", privileged: true},
 		{dir: "overlays/local-sim", selectedGPU: simUUID("a100-80gb", 0),
 			nodeSelector: map[string]string{"kubernetes.io/hostname": "nvinject-sim-worker"},
-			images: map[string]string{
-				"device-plugin": "nvinject.local/nvinject-device-plugin:dev",
-				"nri":           "nvinject.local/nvinject-nri:dev",
-			},
-			pullPolicy: corev1.PullNever, nvml: "sim:a100-80gb", driverRoot: "/var/lib/nvinject-sim/driver-root"},
+			images:       released, pullPolicy: corev1.PullNever, nvml: "sim:a100-80gb", driverRoot: "/var/lib/nvinject-sim/driver-root"},
 	}
 )
 

@@ -41,6 +41,8 @@ type Image struct {
 	cmd        []string
 	env        []string
 	workdir    string
+	user       string
+	labels     map[string]string
 	ldd        string
 	base       string // root filesystem tar, the first layer; "" for none
 }
@@ -59,6 +61,21 @@ func WithEnv(kv ...string) Option { return func(i *Image) { i.env = append(i.env
 
 // WithWorkingDir sets the image's working directory.
 func WithWorkingDir(dir string) Option { return func(i *Image) { i.workdir = dir } }
+
+// WithUser sets the user the image runs as by default ("65532:65532").
+func WithUser(u string) Option { return func(i *Image) { i.user = u } }
+
+// WithLabels adds image config labels (org.opencontainers.image.version, …).
+func WithLabels(l map[string]string) Option {
+	return func(i *Image) {
+		if i.labels == nil {
+			i.labels = map[string]string{}
+		}
+		for k, v := range l {
+			i.labels[k] = v
+		}
+	}
+}
 
 // WithLdd names the ldd program used by AddBinary (default "ldd").
 func WithLdd(p string) Option { return func(i *Image) { i.ldd = p } }
@@ -186,6 +203,24 @@ func (img *Image) addLibrary(lib string) error {
 	return fmt.Errorf("library %s: too many symlinks", lib)
 }
 
+// FileList is the image's own files (not the base layer's), one line each:
+// mode, path and, for a symlink, its target; sorted by path.
+func (img *Image) FileList() []string {
+	out := make([]string, 0, len(img.files))
+	for p, e := range img.files {
+		switch {
+		case e.link != "":
+			out = append(out, fmt.Sprintf("l 0777 %s -> %s", p, e.link))
+		case e.dir:
+			out = append(out, fmt.Sprintf("d %04o %s", e.mode, p))
+		default:
+			out = append(out, fmt.Sprintf("f %04o %s", e.mode, p))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.Fields(out[i])[2] < strings.Fields(out[j])[2] })
+	return out
+}
+
 // WriteArchive writes the image as an OCI image layout tar to w.
 func (img *Image) WriteArchive(w io.Writer) error {
 	var base *baseLayer
@@ -213,6 +248,7 @@ func (img *Image) WriteArchive(w io.Writer) error {
 		"created":      epoch.Format(time.RFC3339),
 		"config": map[string]any{
 			"Entrypoint": img.entrypoint, "Cmd": img.cmd, "Env": img.env, "WorkingDir": img.workdir,
+			"User": img.user, "Labels": img.labels,
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": diffIDs},
 		"history": []map[string]any{{"created": epoch.Format(time.RFC3339), "created_by": "nvinject-image"}},

@@ -87,3 +87,26 @@ func TestAddBinaryAddsLibraries(t *testing.T) {
 		t.Errorf("libc.so.6 not added; files: %v", img.files)
 	}
 }
+
+func TestUserLabelsAndFileList(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "prog")
+	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	img := New("example.com/prog:v1", WithUser("65532:65532"), WithLabels(map[string]string{"org.opencontainers.image.version": "1.2.3"}))
+	if err := img.AddFile(bin, "/usr/bin/prog"); err != nil {
+		t.Fatal(err)
+	}
+	img.AddSymlink("/usr/bin/p", "prog")
+	if got := img.FileList(); len(got) != 2 || got[0] != "l 0777 /usr/bin/p -> prog" || got[1] != "f 0755 /usr/bin/prog" {
+		t.Errorf("FileList = %q", got)
+	}
+	var b bytes.Buffer
+	if err := img.WriteArchive(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b.Bytes(), []byte(`"User":"65532:65532"`)) || !bytes.Contains(b.Bytes(), []byte(`"org.opencontainers.image.version":"1.2.3"`)) {
+		t.Error("the image config lacks the user or the label")
+	}
+}

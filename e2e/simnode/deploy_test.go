@@ -42,8 +42,9 @@ func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
 		"path: " + node.PodResourcesDir(),
 		"path: " + DriverRoot,
 		"path: /var/lib/kubelet/device-plugins",
-		"image: " + DevicePluginImage,
-		"image: " + NRIImage,
+		"image: ghcr.io/nvinject/nvinject-device-plugin:v",
+		"image: ghcr.io/nvinject/nvinject-nri:v",
+		"imagePullPolicy: Never",
 	} {
 		if !strings.Contains(y, want) {
 			t.Errorf("rendered kustomization lacks %q", want)

@@ -17,18 +17,30 @@ type imageSpec struct {
 }
 
 var nvinjectImages = []imageSpec{
-	{DevicePluginImage, "nvinject-device-plugin"},
-	{NRIImage, "nvinject-nri"},
 	{VLLMImage, "vllm-standin"},
 }
+
+// releaseArchives are the daemons' release images that `make images` writes
+// under _out/images: the node runs exactly what is shipped.
+var releaseArchives = []string{"nvinject-device-plugin.oci.tar", "nvinject-nri.oci.tar"}
 
 // busyboxApplets are linked in the busybox image for test pods.
 var busyboxApplets = []string{"sh", "sleep", "ls", "cat", "env", "grep"}
 
-// ImportImages packs the nvinject, vLLM stand-in and busybox images as OCI
-// archives under <run dir>/nvinject-images and imports them into the node's
-// containerd (there is no registry).
+// ImportImages imports the daemons' release images (`make images`) and packs
+// the vLLM stand-in and busybox test images as OCI archives under
+// <run dir>/nvinject-images, importing them into the node's containerd
+// (there is no registry).
 func (d *Deployer) ImportImages(ctx context.Context) error {
+	for _, a := range releaseArchives {
+		archive := filepath.Join(d.repo, "_out", "images", a)
+		if _, err := os.Stat(archive); err != nil {
+			return fmt.Errorf("release image %s: %w; run `make images`", archive, err)
+		}
+		if err := d.node.ImportImage(ctx, archive); err != nil {
+			return err
+		}
+	}
 	dir := filepath.Join(d.node.RunDir(), "nvinject-images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create image dir %s: %w", dir, err)

@@ -12,10 +12,8 @@ const (
 	// DefaultNVML is the simulated node of the local-sim overlay.
 	DefaultNVML = "sim:a100-80gb"
 
-	DevicePluginImage = "nvinject.local/nvinject-device-plugin:dev"
-	NRIImage          = "nvinject.local/nvinject-nri:dev"
-	VLLMImage         = "nvinject.local/vllm-standin:dev"
-	BusyboxImage      = "nvinject.local/busybox:dev"
+	VLLMImage    = "nvinject.local/vllm-standin:dev"
+	BusyboxImage = "nvinject.local/busybox:dev"
 
 	Namespace    = contract.Namespace
 	DevicePlugin = contract.DevicePluginApp

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -36,6 +37,12 @@ func run(args []string) error {
 	flag.Var(&bins, "bin", "HOST=IMAGE: copy a program and the libraries ldd reports (repeatable)")
 	flag.Var(&links, "link", "IMAGE=TARGET: add a symlink (repeatable)")
 	flag.Var(&env, "env", "KEY=VALUE added to the image environment (repeatable)")
+	var debs, labels, trees pairs
+	flag.Var(&debs, "dpkg", "installed Debian package whose files (dpkg -L) go into the image, e.g. libc6 (repeatable)")
+	flag.Var(&trees, "tree", "HOST=IMAGE: copy a host directory tree into the image (repeatable)")
+	flag.Var(&labels, "label", "KEY=VALUE image config label (repeatable)")
+	user := flag.String("user", "", "user the image runs as by default, e.g. 65532:65532")
+	list := flag.String("list", "", "write the image's file list to this file")
 	if err := c.Parse(args, nil); err != nil {
 		return err
 	}
@@ -45,8 +52,30 @@ func run(args []string) error {
 	if len(c.Args()) > 0 {
 		return cli.Usagef("unexpected arguments %q", c.Args())
 	}
+	lbl := map[string]string{}
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			return cli.Usagef("--label %q: want KEY=VALUE", l)
+		}
+		lbl[k] = v
+	}
 	img := ociimage.New(*ref, ociimage.WithEntrypoint(strings.Fields(*entrypoint)...),
-		ociimage.WithCmd(strings.Fields(*cmd)...), ociimage.WithEnv(env...))
+		ociimage.WithCmd(strings.Fields(*cmd)...), ociimage.WithEnv(env...), ociimage.WithUser(*user), ociimage.WithLabels(lbl))
+	for _, d := range debs {
+		if err := img.AddDebianPackage(d); err != nil {
+			return err
+		}
+	}
+	for _, tr := range trees {
+		host, dst, ok := strings.Cut(tr, "=")
+		if !ok {
+			return cli.Usagef("--tree %q: want HOST=IMAGE", tr)
+		}
+		if err := img.AddTree(host, dst); err != nil {
+			return err
+		}
+	}
 	for _, f := range files {
 		host, dst, ok := strings.Cut(f, "=")
 		if !ok {
@@ -71,6 +100,11 @@ func run(args []string) error {
 			return cli.Usagef("-link %q: want IMAGE=TARGET", l)
 		}
 		img.AddSymlink(dst, target)
+	}
+	if *list != "" {
+		if err := os.WriteFile(*list, []byte(strings.Join(img.FileList(), "\n")+"\n"), 0o644); err != nil {
+			return fmt.Errorf("write file list: %w", err)
+		}
 	}
 	return img.WriteArchiveFile(*out)
 }
