@@ -131,6 +131,6 @@ log "done"
 cat <<DONE
 KUBECONFIG=$KUBECONFIG_OUT
   kubectl get pods -A -o wide
-  go run ./e2e/cmd/nvinject-doctor --kubeconfig \$KUBECONFIG --node $WORKER
+  go run ./doctor/cmd/nvinject-doctor --kubeconfig \$KUBECONFIG --node-name $WORKER
   KUBECONFIG=$KUBECONFIG_OUT make e2e-cluster
 DONE
