@@ -43,9 +43,9 @@ const lib = "/usr/lib/x86_64-linux-gnu"
 // /etc/alternatives, which must resolve inside the root, never on the host.
 func debianRoot(t *testing.T) string {
 	return root(t, map[string]string{
-		lib + "/nvidia/current/libnvidia-ml.so.535.261.03": "",
-		lib + "/nvidia/current/libnvidia-ml.so.1":          "->libnvidia-ml.so.535.261.03",
-		lib + "/libnvidia-ml.so.1":                         "->/etc/alternatives/nvidia--libnvidia-ml.so.1-x86_64-linux-gnu",
+		lib + "/nvidia/current/libnvidia-ml.so.535.261.03":             "",
+		lib + "/nvidia/current/libnvidia-ml.so.1":                      "->libnvidia-ml.so.535.261.03",
+		lib + "/libnvidia-ml.so.1":                                     "->/etc/alternatives/nvidia--libnvidia-ml.so.1-x86_64-linux-gnu",
 		"/etc/alternatives/nvidia--libnvidia-ml.so.1-x86_64-linux-gnu": "->" + lib + "/nvidia/current/libnvidia-ml.so.1",
 		"/usr/lib/nvidia/current/nvidia-smi":                           "",
 		"/etc/alternatives/nvidia":                                     "->/usr/lib/nvidia/current",

@@ -56,7 +56,7 @@ type Node struct {
 	// or for a simulation the option or driver root it follows.
 	DriverSource string
 	CUDAVersion  string
-	Devices       []Device
+	Devices      []Device
 	// ControlNodes are the driver-wide nodes present on the host
 	// (/dev/nvidiactl, /dev/nvidia-uvm, ...).
 	ControlNodes []DeviceNode
