@@ -31,6 +31,7 @@ build: ## build every binary into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(CMDS)
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/nvidia-smi-sim $(MODULE)/cdi/cmd/nvidia-smi-sim
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/nvinject-cdi-hook $(MODULE)/cdi/cmd/nvinject-cdi-hook
 
 # Node-level packages (a real kubelet/containerd each) run one at a time:
 # kubelet's device-plugin dir and the node's ports are machine-wide. The
