@@ -63,7 +63,7 @@ func TestHooksStayInsideTheRoot(t *testing.T) {
 	outside := t.TempDir()
 	rootfs := t.TempDir()
 	for link, target := range map[string]string{
-		"usr/lib/x86_64-linux-gnu": outside,                       // absolute host path
+		"usr/lib/x86_64-linux-gnu": outside,                        // absolute host path
 		"etc":                      "../../../../../../" + outside, // climbs out
 		"usr/local/cuda":           "/",
 	} {
