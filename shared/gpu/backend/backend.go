@@ -82,7 +82,7 @@ func Open(value string, o Options) (*Backend, error) {
 // default. It returns where the version came from.
 func simDriver(spec *sim.Spec, value, root string) (string, error) {
 	if spec.Driver != "" {
-		return fmt.Sprintf("SIMULATED, %s option driver=", value), nil
+		return fmt.Sprintf("SIMULATED, the driver= option of %s", value), nil
 	}
 	if root != "" {
 		v, ok, err := driverroot.DriverVersion(root)
