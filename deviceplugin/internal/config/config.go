@@ -59,7 +59,10 @@ type Config struct {
 	NVML       string
 	DriverRoot string
 	// HostDriverRoot is DriverRoot's path on the host; CDI specs name host paths.
-	HostDriverRoot   string
+	HostDriverRoot string
+	// HookBinary is the host path of the hook program the CDI spec's
+	// createContainer hooks run; empty for a spec without hooks.
+	HookBinary       string
 	KubeletDir       string
 	PluginSocket     string
 	ResourceName     string
@@ -97,7 +100,7 @@ func (c Config) Attrs() []any {
 		xids[i] = strconv.FormatUint(x, 10)
 	}
 	return []any{
-		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "kubelet_dir", c.KubeletDir,
+		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary, "kubelet_dir", c.KubeletDir,
 		"plugin_socket", c.PluginSocket, "resource_name", c.ResourceName,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", c.CDIVendor + "/" + c.CDIClass,
 		"cdi_annotation_prefix", c.AnnotationPrefix,
@@ -123,6 +126,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 	str(&c.NVML, "nvml", "NVINJECT_NVML", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
 	str(&c.DriverRoot, "driver-root", "NVINJECT_DRIVER_ROOT", "/", "where the NVIDIA driver's files are, as this process sees them")
 	str(&c.HostDriverRoot, "host-driver-root", "NVINJECT_HOST_DRIVER_ROOT", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
+	str(&c.HookBinary, "hook-binary", "NVINJECT_HOOK_BINARY", "", "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks")
 	str(&c.KubeletDir, "kubelet-dir", "NVINJECT_KUBELET_DIR", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock)")
 	str(&c.PluginSocket, "plugin-socket", "NVINJECT_PLUGIN_SOCKET", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
 	str(&c.ResourceName, "resource-name", "NVINJECT_RESOURCE_NAME", "nvidia.com/gpu", "extended resource to publish")
@@ -201,6 +205,9 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 		errs = append(errs, errors.New("--kubelet-dir is empty; give kubelet's device plugin directory"))
 	} else if n := len(filepath.Join(c.KubeletDir, c.PluginSocket)); n > 107 {
 		errs = append(errs, fmt.Errorf("--kubelet-dir=%q with --plugin-socket=%q makes a %d-byte socket path; unix sockets allow 107", c.KubeletDir, c.PluginSocket, n))
+	}
+	if c.HookBinary != "" && !filepath.IsAbs(c.HookBinary) {
+		errs = append(errs, fmt.Errorf("--hook-binary=%q is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", c.HookBinary))
 	}
 	if c.CDISpecDir == "" {
 		errs = append(errs, errors.New("--cdi-spec-dir is empty; give the directory containerd reads CDI specs from (/var/run/cdi)"))
