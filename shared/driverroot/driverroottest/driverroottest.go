@@ -1,5 +1,6 @@
 // Package driverroottest finds a REAL NVIDIA driver root (NVIDIA's user
-// space from Debian's archive, no kernel module) for tests, or skips them.
+// space from Debian's archive, no kernel module) and NVIDIA's own CDI
+// generator, nvidia-ctk, for tests, or skips them.
 package driverroottest
 
 import (
@@ -33,7 +34,7 @@ func Root(t testing.TB, layout string) string {
 		}
 		return r
 	}
-	script, ok := buildScript()
+	script, ok := findScript("e2e/driverroot/build.sh")
 	if !ok {
 		t.Skipf("no real driver root: set %s, or run from a checkout with e2e/driverroot/build.sh", Env(layout))
 	}
@@ -51,14 +52,48 @@ func Root(t testing.TB, layout string) string {
 	return lastLine(out)
 }
 
-// buildScript finds e2e/driverroot/build.sh above the working directory.
-func buildScript() (string, bool) {
+// NVCTKVersion is the nvidia-ctk release the parity test compares with.
+const NVCTKVersion = "v1.20.2"
+
+// NVCTK returns the path of nvidia-ctk NVCTKVersion: what the repository's
+// e2e/nvctk/build.sh prints (it builds and caches it), else the machine-wide
+// cache it fills, else built into that cache with `go install` from the Go
+// module proxy. The test is skipped when none works.
+func NVCTK(t testing.TB) string {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Skipf("no nvidia-ctk: no cache directory: %v", err)
+	}
+	bin := filepath.Join(cache, "nvinject", "nvidia-ctk-"+NVCTKVersion, "bin")
+	if script, ok := findScript("e2e/nvctk/build.sh"); ok {
+		var stderr bytes.Buffer
+		cmd := exec.Command(script)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, stderr.Bytes())
+		}
+		bin = lastLine(out)
+	} else if _, err := os.Stat(filepath.Join(bin, "nvidia-ctk")); err != nil {
+		cmd := exec.Command("go", "install", "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk@"+NVCTKVersion)
+		cmd.Env = append(os.Environ(), "GOBIN="+bin, "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Skipf("no nvidia-ctk: go install nvidia-ctk@%s failed (is the Go module proxy reachable?): %v\n%s", NVCTKVersion, err, out)
+		}
+	}
+	return filepath.Join(bin, "nvidia-ctk")
+}
+
+// findScript finds rel (a path from the repository's top) above the
+// working directory.
+func findScript(rel string) (string, bool) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", false
 	}
 	for {
-		p := filepath.Join(dir, "e2e", "driverroot", "build.sh")
+		p := filepath.Join(dir, filepath.FromSlash(rel))
 		if _, err := os.Stat(p); err == nil {
 			return p, true
 		}
