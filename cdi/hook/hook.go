@@ -207,3 +207,35 @@ func readLimited(p string, limit int64) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// InstallName is the hook program's file name in an install directory.
+const InstallName = "nvinject-cdi-hook"
+
+// Install copies the program at self into dir as InstallName (mode 0755),
+// atomically, so a node's runtime never runs a half-written hook. The
+// device plugin's DaemonSet runs it in an init container to put the hook
+// on the host.
+func Install(self, dir string) (string, error) {
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return "", fmt.Errorf("read the hook program %s: %w", self, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create the install directory %s: %w", dir, err)
+	}
+	dst := filepath.Join(dir, InstallName)
+	tmp, err := os.CreateTemp(dir, "."+InstallName+"-*")
+	if err != nil {
+		return "", fmt.Errorf("install into %s: %w", dir, err)
+	}
+	_, werr := tmp.Write(data)
+	if err := errors.Join(werr, tmp.Chmod(0o755), tmp.Close()); err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("install into %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("install into %s: %w", dir, err)
+	}
+	return dst, nil
+}

@@ -237,3 +237,27 @@ func TestUpdateLDCache(t *testing.T) {
 		t.Error("a relative folder was accepted")
 	}
 }
+
+func TestInstall(t *testing.T) {
+	self := filepath.Join(t.TempDir(), "prog")
+	if err := os.WriteFile(self, []byte("program"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "var/lib/nvinject/bin")
+	for range 2 { // a reinstall replaces the file
+		dst, err := hook.Install(self, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(dst)
+		if err != nil || st.Mode().Perm() != 0o755 || dst != filepath.Join(dir, hook.InstallName) {
+			t.Fatalf("installed %s: %v, %v", dst, st, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("install left %d files in %s", len(ents), dir)
+	}
+	if _, err := hook.Install(filepath.Join(t.TempDir(), "missing"), dir); err == nil {
+		t.Error("installing a missing program succeeded")
+	}
+}

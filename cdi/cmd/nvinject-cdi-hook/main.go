@@ -35,6 +35,8 @@ Commands:
                                               compatibility libraries when newer
   update-ldcache --folder DIR ...             index DIR in the image's ld.so.cache
                                               (the host's ldconfig, run with -r)
+  install DIR                                 copy this program to DIR/nvinject-cdi-hook
+                                              (the device plugin's init container; no stdin)
 
 Run nvinject-cdi-hook COMMAND --help for a command's flags; --version prints
 the version.
@@ -60,6 +62,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	sub, args := args[0], args[1:]
+	if sub == "install" {
+		return install(args, stdout, stderr)
+	}
 	c := cli.New(name+" "+sub, "[flags] < OCI state", cli.WithOutput(stdout, stderr))
 	fs := c.Flags()
 	var work func(r *hook.Root) error
@@ -121,6 +126,26 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return fmt.Errorf("%s: %w", sub, err)
 	}
 	return nil
+}
+
+func install(args []string, stdout, stderr io.Writer) error {
+	c := cli.New(name+" install", "DIR", cli.WithOutput(stdout, stderr))
+	if err := c.Parse(args, nil); err != nil {
+		return err
+	}
+	if len(c.Args()) != 1 {
+		return cli.Usagef("install takes one directory: %s install /var/lib/nvinject/bin", name)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("install: find this program: %w", err)
+	}
+	dst, err := hook.Install(self, c.Args()[0])
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	_, err = fmt.Fprintf(stdout, "installed %s\n", dst)
+	return err
 }
 
 // multi collects each use of a repeatable flag as one value (a link or
