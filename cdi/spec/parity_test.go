@@ -18,6 +18,7 @@ import (
 
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/shared/driverroot/driverroottest"
+	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 )
 
@@ -310,4 +311,52 @@ func compare(t *testing.T, nv, ours view, hooks bool) {
 	}
 	fmt.Fprintf(&b, "ldcache folders: nvidia-ctk %v, nvinject %v; cuda compat: %q / %q\n", nv.folders, ours.folders, nv.compat, ours.compat)
 	t.Logf("parity (paths a container gets):\n%s", b.String())
+}
+
+// realNode is the 8-GPU simulation following the real Debian-layout
+// driver root, and its generator (with hooks).
+func realNode(b *testing.B) (gpu.Node, *spec.Generator) {
+	root := driverroottest.Root(b, "debian")
+	be, err := backend.Open("sim:a100-80gb*8", backend.Options{DriverRoot: root})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	node, err := be.Discover(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return node, spec.New(spec.WithDriverRoot(root), spec.WithHookBinary("/bin/true"))
+}
+
+// BenchmarkGenerate8GPUsRealRoot generates the spec of 8 simulated GPUs
+// from the REAL driver root (Debian layout: every public name through
+// /etc/alternatives, ELF sonames read); its anchor is
+// BenchmarkAnchorReadSpecRealRoot.
+func BenchmarkGenerate8GPUsRealRoot(b *testing.B) {
+	node, g := realNode(b)
+	for b.Loop() {
+		if _, err := g.Generate(node, node.Devices); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAnchorReadSpecRealRoot reads and validates that spec through the
+// CDI library, what containerd does whenever the spec dir changes.
+func BenchmarkAnchorReadSpecRealRoot(b *testing.B) {
+	node, g := realNode(b)
+	s, err := g.Generate(node, node.Devices)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, _, err := spec.Write(b.TempDir(), s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := cdi.ReadSpec(p, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
