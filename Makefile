@@ -64,6 +64,8 @@ bench: ## Go benchmarks; each figure has an anchor measured in the same run
 fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/gpu/gpuselect
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/cdi/ldcache
+	$(GO) test -run '^$$' -fuzz FuzzResolve -fuzztime 15s $(MODULE)/shared/driverroot
+	$(GO) test -run '^$$' -fuzz FuzzContainerRoot -fuzztime 15s $(MODULE)/cdi/hook
 
 .PHONY: clean
 clean:

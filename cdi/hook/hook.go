@@ -71,6 +71,9 @@ func ContainerRoot(r io.Reader) (string, error) {
 
 func absRoot(p, bundle string) (string, error) {
 	if !filepath.IsAbs(p) {
+		if !filepath.IsAbs(bundle) {
+			return "", fmt.Errorf("the container root %q is relative and the OCI state's bundle %q is not an absolute path", p, bundle)
+		}
 		p = filepath.Join(bundle, p)
 	}
 	p = filepath.Clean(p)

@@ -261,3 +261,20 @@ func TestInstall(t *testing.T) {
 		t.Error("installing a missing program succeeded")
 	}
 }
+
+// The OCI state and the bundle's config.json come from outside the hook:
+// whatever they hold, the hook names an absolute root other than / or
+// refuses, and --link values parse to absolute links or are refused.
+func FuzzContainerRoot(f *testing.F) {
+	for _, s := range []string{`{"bundle":"/b"}`, `{"root":"rootfs","bundle":"/b"}`, `{"root":"/"}`, `{"root":"../.."}`, `{}`, `[`} {
+		f.Add(s, "libcuda.so.1::/usr/lib/libcuda.so")
+	}
+	f.Fuzz(func(t *testing.T, state, link string) {
+		if root, err := hook.ContainerRoot(strings.NewReader(state)); err == nil && (!filepath.IsAbs(root) || root == "/") {
+			t.Fatalf("state %q gave the root %q", state, root)
+		}
+		if target, l, err := hook.ParseLink(link); err == nil && (target == "" || !strings.HasPrefix(l, "/")) {
+			t.Fatalf("--link=%q parsed to %q -> %q", link, l, target)
+		}
+	})
+}

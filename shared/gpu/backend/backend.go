@@ -63,16 +63,18 @@ func Open(value string, o Options) (*Backend, error) {
 		o.DevRoot = o.DriverRoot
 	}
 	var libOpts []nvml.LibraryOption
+	lib := "libnvidia-ml.so.1 from the host's loader path"
 	if o.DriverRoot != "/" {
 		// The root's own NVML, found inside the root (its links may be
 		// absolute); without one the loader searches the host's places.
 		if p := driverroot.FindLibrary(o.DriverRoot, "libnvidia-ml.so.1"); p != "" {
 			libOpts = append(libOpts, nvml.WithLibraryPath(p))
+			lib = p
 		}
 	}
 	inv, err := nvmlinv.New(nvml.New(libOpts...), nvmlinv.WithNodeLookup(nvmlinv.StatLookup{Root: o.DevRoot}))
 	if err != nil {
-		return nil, fmt.Errorf("open NVML (driver root %s): %w", o.DriverRoot, err)
+		return nil, fmt.Errorf("open NVML (%s, driver root %s): %w", lib, o.DriverRoot, err)
 	}
 	return &Backend{Inventory: inv}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvinject/nvinject/shared/driverroot"
 	"github.com/nvinject/nvinject/shared/driverroot/driverroottest"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
@@ -54,7 +55,11 @@ func TestRealDriverRootWithoutKernelModule(t *testing.T) {
 			if !errors.Is(err, nvmlinv.ErrDriverNotLoaded) {
 				t.Fatalf("err = %v, want ErrDriverNotLoaded (the root's NVML loaded, the kernel module is absent)", err)
 			}
-			for _, hint := range []string{"lsmod | grep nvidia", "/dev/nvidiactl"} {
+			lib := driverroot.FindLibrary(root, "libnvidia-ml.so.1")
+			if !strings.HasPrefix(lib, root) || !strings.HasSuffix(lib, ".so.535.261.03") {
+				t.Fatalf("the root's NVML is %q, not a file of the root", lib)
+			}
+			for _, hint := range []string{"lsmod | grep nvidia", "/dev/nvidiactl", lib} {
 				if !strings.Contains(err.Error(), hint) {
 					t.Errorf("error lacks %q: %v", hint, err)
 				}
