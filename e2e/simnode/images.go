@@ -11,15 +11,18 @@ import (
 )
 
 // imageSpec is one image the deployment needs: a program from the bin dir at
-// /usr/bin/<name>, plus its ldd libraries (cgo programs need glibc).
+// /usr/bin/<name>, plus its ldd libraries (cgo programs need glibc), and
+// more programs from the bin dir beside it.
 type imageSpec struct {
 	ref, program string
+	more         []string
 }
 
 var nvinjectImages = []imageSpec{
-	{DevicePluginImage, "nvinject-device-plugin"},
-	{NRIImage, "nvinject-nri"},
-	{VLLMImage, "vllm-standin"},
+	// The device plugin's init container installs nvinject-cdi-hook on the node.
+	{DevicePluginImage, "nvinject-device-plugin", []string{"nvinject-cdi-hook"}},
+	{NRIImage, "nvinject-nri", nil},
+	{VLLMImage, "vllm-standin", nil},
 }
 
 // busyboxApplets are linked in the busybox image for test pods.
@@ -35,10 +38,11 @@ func (d *Deployer) ImportImages(ctx context.Context) error {
 	}
 	imgs := map[string]*ociimage.Image{}
 	for _, s := range nvinjectImages {
-		bin := filepath.Join(d.bin, s.program)
 		img := ociimage.New(s.ref, ociimage.WithEntrypoint("/usr/bin/"+s.program))
-		if err := img.AddBinary(bin, "/usr/bin/"+s.program); err != nil {
-			return fmt.Errorf("image %s: %w; run `make build` first", s.ref, err)
+		for _, p := range append([]string{s.program}, s.more...) {
+			if err := img.AddBinary(filepath.Join(d.bin, p), "/usr/bin/"+p); err != nil {
+				return fmt.Errorf("image %s: %w; run `make build` first", s.ref, err)
+			}
 		}
 		imgs[s.ref] = img
 	}
