@@ -4,12 +4,15 @@
 # make demo: a real single-node Kubernetes with a SIMULATED A100, nvinject
 # deployed with kubectl apply -k, the vLLM stand-in, the seed's evidence;
 # KEEP=1 leaves the node up and prints the kubectl line to use.
+# Both targets put NVIDIA's REAL driver user space (make driver-root) on the
+# node: DRIVER_LAYOUT=flat (default) or debian; DRIVER_LAYOUT=simulated, or an
+# unreachable Debian archive, uses the simulated driver root instead.
 .PHONY: demo
 demo: build tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed, the vLLM stand-in, the evidence
-	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) $(if $(filter 1,$(KEEP)),-keep)
+	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) $(if $(filter 1,$(KEEP)),-keep)
 
 # make e2e: the GPU scenarios on one shared node (the doctor's fault tests
 # run under make test).
 .PHONY: e2e
 e2e: build tools ## the GPU scenarios on the real local node (root)
-	NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
+	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nvinject/nvinject/e2e/bookworm"
 	"github.com/nvinject/nvinject/e2e/ociimage"
 )
 
@@ -22,15 +23,16 @@ var nvinjectImages = []imageSpec{
 	// The device plugin's init container installs nvinject-cdi-hook on the node.
 	{DevicePluginImage, "nvinject-device-plugin", []string{"nvinject-cdi-hook"}},
 	{NRIImage, "nvinject-nri", nil},
-	{VLLMImage, "vllm-standin", nil},
 }
 
-// busyboxApplets are linked in the busybox image for test pods.
+// busyboxApplets are linked in the busybox image for test pods; the image
+// also carries nvidia-smi-sim (static), the SIMULATED GPUs' UUID query.
 var busyboxApplets = []string{"sh", "sleep", "ls", "cat", "env", "grep"}
 
 // ImportImages packs the nvinject, vLLM stand-in and busybox images as OCI
 // archives under <run dir>/nvinject-images and imports them into the node's
-// containerd (there is no registry).
+// containerd (there is no registry). With the real driver root the vLLM
+// stand-in's image is Debian bookworm (see vllmImage).
 func (d *Deployer) ImportImages(ctx context.Context) error {
 	dir := filepath.Join(d.node.RunDir(), "nvinject-images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -53,7 +55,15 @@ func (d *Deployer) ImportImages(ctx context.Context) error {
 	for _, a := range busyboxApplets {
 		bb.AddSymlink("/bin/"+a, "busybox")
 	}
+	if err := bb.AddFile(d.Bin("nvidia-smi-sim"), "/usr/bin/nvidia-smi-sim"); err != nil {
+		return fmt.Errorf("busybox image: %w; run `make build` first", err)
+	}
 	imgs[BusyboxImage] = bb
+	vllm, err := d.vllmImage(ctx)
+	if err != nil {
+		return err
+	}
+	imgs[VLLMImage] = vllm
 	for ref, img := range imgs {
 		archive := filepath.Join(dir, archiveName(ref))
 		if err := img.WriteArchiveFile(archive); err != nil {
@@ -68,4 +78,40 @@ func (d *Deployer) ImportImages(ctx context.Context) error {
 
 func archiveName(ref string) string {
 	return strings.NewReplacer("/", "_", ":", "_").Replace(ref) + ".tar"
+}
+
+// vllmPrograms go into the vLLM stand-in's image at /usr/bin: the stand-in,
+// the probe that loads the driver's libraries as CUDA programs do, and the
+// SIMULATED GPUs' UUID query.
+var vllmPrograms = []string{"vllm-standin", "gpu-probe", "nvidia-smi-sim"}
+
+// vllmImage is the vLLM stand-in's image. With the real driver root its base
+// is a Debian bookworm root file system (e2e/bookworm; vLLM's images are
+// Debian/Ubuntu based): glibc and ldconfig, which NVIDIA's libraries and the
+// CDI spec's update-ldcache hook need; the programs are copied as they are
+// (the host is bookworm too). With the simulated root, whose libraries are
+// placeholders, it is the programs and their ldd libraries only.
+func (d *Deployer) vllmImage(ctx context.Context) (*ociimage.Image, error) {
+	entry := ociimage.WithEntrypoint("/usr/bin/vllm-standin")
+	if !d.driver.Real() {
+		img := ociimage.New(VLLMImage, entry)
+		for _, p := range vllmPrograms {
+			if err := img.AddBinary(d.Bin(p), "/usr/bin/"+p); err != nil {
+				return nil, fmt.Errorf("image %s: %w; run `make build` first", VLLMImage, err)
+			}
+		}
+		return img, nil
+	}
+	base, err := bookworm.Rootfs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", VLLMImage, err)
+	}
+	img := ociimage.New(VLLMImage, entry, ociimage.WithBaseLayer(base))
+	for _, p := range vllmPrograms {
+		if err := img.AddFile(d.Bin(p), "/usr/bin/"+p); err != nil {
+			return nil, fmt.Errorf("image %s: %w; run `make build` first", VLLMImage, err)
+		}
+	}
+	d.log.Info("vLLM stand-in image on Debian bookworm", "base", base)
+	return img, nil
 }
