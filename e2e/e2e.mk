@@ -16,3 +16,11 @@ demo: build tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinjec
 .PHONY: e2e
 e2e: build tools ## the GPU scenarios on the real local node (root)
 	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
+
+# make gpu-bundle: _out/gpu-bundle.tar.gz, everything e2e/gpu/check.sh needs on a
+# machine with a real GPU and driver but no network and no Go (e2e/gpu/README.md).
+GPU_BUNDLE ?= $(CURDIR)/_out/gpu-bundle.tar.gz
+.PHONY: gpu-bundle
+gpu-bundle: tools ## the GPU-machine check's bundle (prebuilt binaries, runc, a tiny rootfs), at most 60 MiB
+	GO=$(GO) LDFLAGS='$(LDFLAGS)' NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_NVCTK_BIN=$$($(NVINJECT_E2E_DIR)/nvctk/build.sh --print-bin) \
+		e2e/gpu/bundle.sh $(GPU_BUNDLE)

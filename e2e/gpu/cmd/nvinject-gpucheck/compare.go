@@ -13,11 +13,12 @@ import (
 )
 
 func compareCmd(args []string, stdout, stderr io.Writer) error {
-	c := cli.New(name+" compare", "--ours FILE --theirs FILE [--device NAME]", cli.WithOutput(stdout, stderr),
+	c := cli.New(name+" compare", "--ours FILE --theirs FILE [--device NAME] [--their-device NAME]", cli.WithOutput(stdout, stderr),
 		cli.WithAbout("Lists what each CDI spec puts into a container for one device (its edits plus the spec's common edits): container paths of mounts and device nodes, hooks by name, env names; and what only one of them has. Exit 0 with the report; 1 when a spec cannot be read or lacks the device."))
 	ours := c.Flags().String("ours", "", "nvinject's spec (YAML or JSON)")
 	theirs := c.Flags().String("theirs", "", "the other spec, e.g. nvidia-ctk cdi generate's")
-	device := c.Flags().String("device", "", "device name in both specs (the UUID); empty: the first device of each")
+	device := c.Flags().String("device", "", "device name in --ours (the UUID); empty: its first device")
+	theirDevice := c.Flags().String("their-device", "", "device name in --theirs (nvidia-ctk's management mode has only \"all\"); default: --device")
 	if done, err := parse(c, args); done || err != nil {
 		return err
 	}
@@ -28,7 +29,10 @@ func compareCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b, err := injected(*theirs, *device)
+	if *theirDevice == "" {
+		*theirDevice = *device
+	}
+	b, err := injected(*theirs, *theirDevice)
 	if err != nil {
 		return err
 	}
