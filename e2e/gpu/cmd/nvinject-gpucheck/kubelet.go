@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nvinject/nvinject/shared/cli"
@@ -105,7 +107,8 @@ func watch(ctx context.Context, client pluginapi.DevicePluginClient, logf func(s
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			if ctx.Err() == nil {
+			// gRPC may see the deadline a moment before ctx reports it.
+			if ctx.Err() == nil && status.Code(err) != codes.DeadlineExceeded {
 				return fmt.Errorf("ListAndWatch ended: %w", err)
 			}
 			break

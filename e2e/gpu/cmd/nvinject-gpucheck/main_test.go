@@ -142,8 +142,7 @@ func (p *plugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*plu
 	return resp, nil
 }
 
-// startPlugin serves p in dir and registers it with the kubelet there once
-// kubelet.sock exists.
+// startPlugin serves p in dir and registers it with the kubelet there.
 func startPlugin(t *testing.T, ctx context.Context, dir string, p *plugin) {
 	t.Helper()
 	ln, err := net.Listen("unix", filepath.Join(dir, "p.sock"))
@@ -154,22 +153,23 @@ func startPlugin(t *testing.T, ctx context.Context, dir string, p *plugin) {
 	pluginapi.RegisterDevicePluginServer(srv, p)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = srv.Serve(ln) })
+	// Register as a device plugin does: retry until the kubelet answers
+	// (its socket file exists a moment before it accepts).
 	wg.Go(func() {
+		sock := "unix://" + filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket))
 		for ctx.Err() == nil {
-			if _, err := os.Stat(filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket))); err == nil {
-				break
+			conn, err := grpc.NewClient(sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+				Version: pluginapi.Version, Endpoint: "p.sock", ResourceName: "nvidia.com/gpu"})
+			conn.Close()
+			if err == nil {
+				return
 			}
 			time.Sleep(10 * time.Millisecond)
-		}
-		conn, err := grpc.NewClient("unix://"+filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket)), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close()
-		if _, err := pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-			Version: pluginapi.Version, Endpoint: "p.sock", ResourceName: "nvidia.com/gpu"}); err != nil && ctx.Err() == nil {
-			t.Error(err)
 		}
 	})
 	t.Cleanup(func() { srv.Stop(); wg.Wait() })
