@@ -39,6 +39,7 @@ build: ## build every binary into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nvidia-smi-sim $(MODULE)/cdi/cmd/nvidia-smi-sim
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nvinject-cdi-hook $(MODULE)/cdi/cmd/nvinject-cdi-hook
 
 .PHONY: help
 help: ## list the targets
@@ -99,6 +100,8 @@ fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 15s $(MODULE)/shared/contract
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/gpu/gpuselect
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/cdi/ldcache
+	$(GO) test -run '^$$' -fuzz FuzzResolve -fuzztime 15s $(MODULE)/shared/driverroot
+	$(GO) test -run '^$$' -fuzz FuzzContainerRoot -fuzztime 15s $(MODULE)/cdi/hook
 
 .PHONY: set-version
 set-version: ## write VERSION into the Helm chart and the Kustomize image tags (make set-version VERSION=x.y.z)

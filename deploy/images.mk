@@ -13,8 +13,9 @@ IMAGE_REGISTRY ?= ghcr.io/nvinject
 IMAGE_TAG      ?= v$(VERSION)
 IMAGES_DIR     := $(CURDIR)/_out/images
 IMAGE_BASE_PACKAGES := libc6 libgcc-s1
-# name:program of each release image.
-NVINJECT_IMAGES := device-plugin:nvinject-device-plugin nri:nvinject-nri
+# name:program[,more programs] of each release image (the device plugin's
+# init container installs nvinject-cdi-hook on the node).
+NVINJECT_IMAGES := device-plugin:nvinject-device-plugin,nvinject-cdi-hook nri:nvinject-nri
 export IMAGE_REGISTRY IMAGE_TAG
 
 .PHONY: images
@@ -22,11 +23,12 @@ images: build ## the release images as OCI archives in _out/images (no Docker)
 	@mkdir -p $(IMAGES_DIR)
 	@printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > $(IMAGES_DIR)/passwd
 	@printf 'root:x:0:\nnonroot:x:65532:\n' > $(IMAGES_DIR)/group
-	@for spec in $(NVINJECT_IMAGES); do name=$${spec%%:*}; prog=$${spec#*:}; \
+	@for spec in $(NVINJECT_IMAGES); do name=$${spec%%:*}; progs=$${spec#*:}; prog=$${progs%%,*}; \
 	  ref=$(IMAGE_REGISTRY)/nvinject-$$name:$(IMAGE_TAG); \
+	  files=""; for p in $${progs//,/ }; do files="$$files --file $(BIN)/$$p=/usr/bin/$$p"; done; \
 	  base=$$(dpkg-query -W -f='$${Package}=$${Version} ' $(IMAGE_BASE_PACKAGES)); \
 	  $(BIN)/nvinject-image --ref $$ref -o $(IMAGES_DIR)/nvinject-$$name.oci.tar --list $(IMAGES_DIR)/nvinject-$$name.files.txt \
-	    $(addprefix --dpkg ,$(IMAGE_BASE_PACKAGES)) --file $(BIN)/$$prog=/usr/bin/$$prog \
+	    $(addprefix --dpkg ,$(IMAGE_BASE_PACKAGES)) $$files \
 	    --file $(IMAGES_DIR)/passwd=/etc/passwd --file $(IMAGES_DIR)/group=/etc/group \
 	    --entrypoint /usr/bin/$$prog --user 65532:65532 \
 	    --label org.opencontainers.image.title=nvinject-$$name \
@@ -40,6 +42,6 @@ images: build ## the release images as OCI archives in _out/images (no Docker)
 # With Docker: one parameterised Dockerfile, the same program and version.
 .PHONY: docker-images
 docker-images: ## the release images with docker build (deploy/images/Dockerfile)
-	@for spec in $(NVINJECT_IMAGES); do name=$${spec%%:*}; prog=$${spec#*:}; \
+	@for spec in $(NVINJECT_IMAGES); do name=$${spec%%:*}; prog=$${spec#*:}; prog=$${prog%%,*}; \
 	  docker build -f deploy/images/Dockerfile --build-arg PROGRAM=$$prog --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
 	    -t $(IMAGE_REGISTRY)/nvinject-$$name:$(IMAGE_TAG) . || exit 1; done

@@ -4,12 +4,23 @@
 # make demo: a real single-node Kubernetes with a SIMULATED A100, nvinject
 # deployed with kubectl apply -k, the vLLM stand-in, the seed's evidence;
 # KEEP=1 leaves the node up and prints the kubectl line to use.
+# Both targets put NVIDIA's REAL driver user space (make driver-root) on the
+# node: DRIVER_LAYOUT=flat (default) or debian; DRIVER_LAYOUT=simulated, or an
+# unreachable Debian archive, uses the simulated driver root instead.
 .PHONY: demo
 demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed, the vLLM stand-in, the evidence
-	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) $(if $(filter 1,$(KEEP)),-keep)
+	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) $(if $(filter 1,$(KEEP)),-keep)
 
 # make e2e: the GPU scenarios on one shared node (the doctor's fault tests
 # run under make test).
 .PHONY: e2e
 e2e: build images tools ## the GPU scenarios on the real local node (root)
-	NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
+	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
+
+# make gpu-bundle: _out/gpu-bundle.tar.gz, everything e2e/gpu/check.sh needs on a
+# machine with a real GPU and driver but no network and no Go (e2e/gpu/README.md).
+GPU_BUNDLE ?= $(CURDIR)/_out/gpu-bundle.tar.gz
+.PHONY: gpu-bundle
+gpu-bundle: tools ## the GPU-machine check's bundle (prebuilt binaries, runc, a tiny rootfs), at most 60 MiB
+	GO=$(GO) LDFLAGS='$(LDFLAGS)' NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_NVCTK_BIN=$$($(NVINJECT_E2E_DIR)/nvctk/build.sh --print-bin) \
+		e2e/gpu/bundle.sh $(GPU_BUNDLE)

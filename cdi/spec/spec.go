@@ -10,7 +10,6 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strconv"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -60,7 +59,21 @@ func ParseNameStrategy(v string) (NameStrategy, error) {
 	return "", fmt.Errorf("device name strategy %q is not valid; use uuid or index", v)
 }
 
-var mountOpts = []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
+// Mount options: driver files read-only; IPC sockets and the MPS pipe
+// directory writable (clients connect and create pipes), never executable.
+var (
+	mountOpts = []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
+	ipcOpts   = []string{"nosuid", "nodev", "rbind", "rprivate", "noexec"}
+)
+
+// Hook commands of the createContainer hooks the spec runs, in this order.
+// nvinject-cdi-hook implements them with the arguments NVIDIA's
+// nvidia-cdi-hook takes, so --hook-binary may name either.
+const (
+	HookCreateSymlinks   = "create-symlinks"
+	HookEnableCUDACompat = "enable-cuda-compat"
+	HookUpdateLDCache    = "update-ldcache"
+)
 
 // Generator turns discovered GPUs into a CDI spec.
 type Generator struct {
@@ -68,7 +81,7 @@ type Generator struct {
 	driverRoot     string
 	hostDriverRoot string
 	names          NameStrategy
-	hook           string
+	hookBinary     string
 }
 
 // Option configures a Generator.
@@ -90,10 +103,18 @@ func WithHostDriverRoot(p string) Option { return func(g *Generator) { g.hostDri
 // WithNameStrategy names GPU devices by UUID (default) or also by index.
 func WithNameStrategy(s NameStrategy) Option { return func(g *Generator) { g.names = s } }
 
-// WithLDCacheHook adds a createContainer hook running `nvidia-cdi-hook
-// update-ldcache` from the given host path, so images with their own
-// ld.so.cache find the driver's libraries.
-func WithLDCacheHook(p string) Option { return func(g *Generator) { g.hook = p } }
+// WithHookBinary makes the spec run createContainer hooks from the hook
+// program at host path p (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook):
+// create-symlinks for the libraries' soname and development links,
+// enable-cuda-compat for the image's CUDA forward compatibility libraries,
+// and update-ldcache so the container's ld.so.cache lists the driver's
+// libraries. Empty (the default): no hooks; the links are bind mounts.
+func WithHookBinary(p string) Option { return func(g *Generator) { g.hookBinary = p } }
+
+// WithLDCacheHook is the old name of WithHookBinary.
+//
+// Deprecated: use WithHookBinary; the hook program now runs every hook.
+func WithLDCacheHook(p string) Option { return WithHookBinary(p) }
 
 // New returns a Generator.
 func New(opts ...Option) *Generator {
@@ -121,13 +142,16 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 	if len(devs) == 0 {
 		return nil, errors.New("no GPUs to put in the CDI spec; check the GPU selection (NVIDIA_VISIBLE_DEVICES)")
 	}
-	files, err := driver.Find(g.driverRoot, node.DriverVersion)
+	files, err := driver.Find(g.driverRoot, node.DriverVersion, node.DriverSource)
 	if err != nil {
 		return nil, err
 	}
-	if g.hook != "" {
-		if _, err := os.Stat(g.hook); err != nil {
-			return nil, fmt.Errorf("ldcache hook %s: %w; install nvidia-cdi-hook there or drop --ldcache-hook", g.hook, err)
+	if g.hookBinary != "" {
+		if !path.IsAbs(g.hookBinary) {
+			return nil, fmt.Errorf("--hook-binary=%q is not an absolute path; give the hook program's path on the host (such as /var/lib/nvinject/bin/nvinject-cdi-hook)", g.hookBinary)
+		}
+		if st, err := os.Stat(g.hookBinary); err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("--hook-binary=%s is not an executable file (%v); install nvinject-cdi-hook there (the device plugin's DaemonSet copies it to /var/lib/nvinject/bin), point it at NVIDIA's nvidia-cdi-hook, or pass --hook-binary= for a spec without hooks", g.hookBinary, err)
 		}
 	}
 	s := &specs.Spec{Kind: g.Kind(), Annotations: map[string]string{"nvinject.io/driver-version": node.DriverVersion}}
@@ -185,37 +209,75 @@ func (g *Generator) commonEdits(n gpu.Node, f driver.Files) specs.ContainerEdits
 	if n.Simulated {
 		e.Env = append(e.Env, EnvSimulated+"=1")
 	}
-	mount := func(hostRel, ctr string) {
-		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: path.Join(g.hostDriverRoot, hostRel), ContainerPath: ctr, Options: mountOpts})
-	}
-	var ldDirs []string
-	for _, l := range f.Libraries {
-		mount(l.File, l.File)
-		if l.Link != l.File {
-			mount(l.File, l.Link)
+	seen := map[string]bool{}
+	mount := func(source, ctr string, opts []string) {
+		if seen[ctr] {
+			return
 		}
-		if d := path.Dir(l.Link); !slices.Contains(ldDirs, d) {
-			ldDirs = append(ldDirs, d)
+		seen[ctr] = true
+		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: path.Join(g.hostDriverRoot, source), ContainerPath: ctr, Options: opts})
+	}
+	var links []string
+	for _, l := range f.Libraries {
+		mount(l.File, l.File, mountOpts)
+		named := []string{}
+		if l.Soname != "" {
+			named = append(named, path.Join(l.Dir(), l.Soname))
+		}
+		if l.DevLink != "" {
+			named = append(named, path.Join(l.Dir(), l.DevLink))
+		}
+		named = append(named, l.Links...)
+		if g.hookBinary == "" {
+			// Without a hook program the links become bind mounts of the file.
+			for _, p := range named {
+				mount(l.File, p, mountOpts)
+			}
+			continue
+		}
+		if l.Soname != "" {
+			links = append(links, path.Base(l.File)+"::"+path.Join(l.Dir(), l.Soname))
+		}
+		if l.DevLink != "" {
+			target := l.Soname
+			if target == "" {
+				target = path.Base(l.File)
+			}
+			links = append(links, target+"::"+path.Join(l.Dir(), l.DevLink))
+		}
+		for _, p := range l.Links {
+			links = append(links, l.File+"::"+p)
 		}
 	}
 	for _, b := range f.Binaries {
-		mount(b, b)
+		mount(b.Source, b.Path, mountOpts)
 	}
-	if f.Firmware != "" {
-		mount(f.Firmware, f.Firmware)
+	for _, fw := range f.Firmware {
+		mount(fw.Source, fw.Path, mountOpts)
 	}
-	if f.PersistencedSocket != "" {
-		mount(f.PersistencedSocket, f.PersistencedSocket)
+	for _, ipc := range f.IPC {
+		mount(ipc.Source, ipc.Path, ipcOpts)
 	}
 	if f.SimulatedFacts != "" {
-		mount(f.SimulatedFacts, f.SimulatedFacts)
+		mount(f.SimulatedFacts, driver.SimulatedFacts, mountOpts)
 	}
-	if g.hook != "" {
-		args := []string{"nvidia-cdi-hook", "update-ldcache"}
-		for _, d := range ldDirs {
+	if g.hookBinary != "" {
+		hook := func(args ...string) {
+			e.Hooks = append(e.Hooks, &specs.Hook{HookName: "createContainer", Path: g.hookBinary, Args: append([]string{path.Base(g.hookBinary)}, args...)})
+		}
+		if len(links) > 0 {
+			args := []string{HookCreateSymlinks}
+			for _, l := range links {
+				args = append(args, "--link", l)
+			}
+			hook(args...)
+		}
+		hook(HookEnableCUDACompat, "--host-driver-version="+f.Version)
+		args := []string{HookUpdateLDCache}
+		for _, d := range f.LibDirs() {
 			args = append(args, "--folder", d)
 		}
-		e.Hooks = append(e.Hooks, &specs.Hook{HookName: "createContainer", Path: g.hook, Args: args})
+		hook(args...)
 	}
 	return e
 }

@@ -119,10 +119,13 @@ func TestInjectThroughCDICache(t *testing.T) {
 	for _, m := range ociSpec.Mounts {
 		mounts = append(mounts, m.Destination)
 	}
-	for _, m := range []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so." + sim.DriverVersion, "/usr/bin/nvidia-smi", "/lib/firmware/nvidia/" + sim.DriverVersion, driver.SimulatedFacts} {
+	for _, m := range []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so." + sim.DriverVersion, "/usr/bin/nvidia-smi", "/lib/firmware/nvidia/" + sim.DriverVersion + "/gsp_ga10x.bin", driver.SimulatedFacts} {
 		if !slices.Contains(mounts, m) {
 			t.Errorf("mounts lack %s: %v", m, mounts)
 		}
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(mounts)))) != len(mounts) {
+		t.Errorf("a container path is mounted twice: %v", mounts)
 	}
 }
 
@@ -177,7 +180,7 @@ func TestGenerateErrors(t *testing.T) {
 	}{
 		{"missing driver root", node, filepath.Join(root, "nope"), node.Devices, "--driver-root", driver.ErrNoDriverRoot},
 		{"no ld.so.cache", node, noCache, node.Devices, "ldconfig -r", nil},
-		{"driver version mismatch", wrongVersion, root, node.Devices, "libnvidia-ml.so.999.1", nil},
+		{"driver version mismatch", wrongVersion, root, node.Devices, "NVML reports 999.1 (SIMULATED, sim:a100-80gb*2 default) but the driver root " + root + " holds " + sim.DriverVersion + " (/usr/lib/x86_64-linux-gnu/libnvidia-ml.so." + sim.DriverVersion + "); pass --nvml=sim:<model>,driver=" + sim.DriverVersion, driver.ErrVersionMismatch},
 		{"unknown GPU", node, root, []gpu.Device{stranger}, "not on this node", nil},
 		{"duplicate GPU", node, root, []gpu.Device{node.Devices[0], node.Devices[0]}, "listed twice", nil},
 		{"no GPUs", node, root, nil, "NVIDIA_VISIBLE_DEVICES", nil},
@@ -196,21 +199,49 @@ func TestGenerateErrors(t *testing.T) {
 
 func TestHostDriverRootAndHook(t *testing.T) {
 	node, root := simNode(t, "sim:a100-80gb")
-	hook := filepath.Join(t.TempDir(), "nvidia-cdi-hook")
+	hook := filepath.Join(t.TempDir(), "nvinject-cdi-hook")
 	if err := os.WriteFile(hook, nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s, err := spec.New(spec.WithDriverRoot(root), spec.WithHostDriverRoot("/host"), spec.WithLDCacheHook(hook), spec.WithNameStrategy(spec.NameIndex)).Generate(node, node.Devices)
+	s, err := spec.New(spec.WithDriverRoot(root), spec.WithHostDriverRoot("/host"), spec.WithHookBinary(hook), spec.WithNameStrategy(spec.NameIndex)).Generate(node, node.Devices)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lib := "/usr/lib/x86_64-linux-gnu/"
 	for _, m := range s.ContainerEdits.Mounts {
 		if !strings.HasPrefix(m.HostPath, "/host/") {
 			t.Errorf("mount %s does not use the host driver root", m.HostPath)
 		}
+		if strings.HasPrefix(m.ContainerPath, lib) && !strings.HasSuffix(m.ContainerPath, "."+sim.DriverVersion) {
+			t.Errorf("with hooks, the link %s is a mount, not a symlink the hook makes", m.ContainerPath)
+		}
 	}
-	if len(s.ContainerEdits.Hooks) != 1 || !slices.Contains(s.ContainerEdits.Hooks[0].Args, "update-ldcache") {
-		t.Errorf("hooks = %+v", s.ContainerEdits.Hooks)
+	var cmds []string
+	for _, h := range s.ContainerEdits.Hooks {
+		if h.HookName != "createContainer" || h.Path != hook || h.Args[0] != "nvinject-cdi-hook" {
+			t.Errorf("hook %+v does not run %s at createContainer", h, hook)
+		}
+		cmds = append(cmds, h.Args[1])
+		args := strings.Join(h.Args, " ")
+		switch h.Args[1] {
+		case spec.HookCreateSymlinks:
+			for _, l := range []string{"libcuda.so.1::" + lib + "libcuda.so", "libcuda.so." + sim.DriverVersion + "::" + lib + "libcuda.so.1", "libnvidia-nvvm.so." + sim.DriverVersion + "::" + lib + "libnvidia-nvvm.so.4"} {
+				if !strings.Contains(args, "--link "+l) {
+					t.Errorf("create-symlinks lacks --link %s: %s", l, args)
+				}
+			}
+		case spec.HookEnableCUDACompat:
+			if !slices.Contains(h.Args, "--host-driver-version="+sim.DriverVersion) {
+				t.Errorf("enable-cuda-compat: %s", args)
+			}
+		case spec.HookUpdateLDCache:
+			if !strings.HasSuffix(args, "--folder /usr/lib/x86_64-linux-gnu") {
+				t.Errorf("update-ldcache: %s", args)
+			}
+		}
+	}
+	if !slices.Equal(cmds, []string{spec.HookCreateSymlinks, spec.HookEnableCUDACompat, spec.HookUpdateLDCache}) {
+		t.Errorf("hooks run %v, want create-symlinks, enable-cuda-compat, update-ldcache in that order", cmds)
 	}
 	var names []string
 	for _, d := range s.Devices {
@@ -219,8 +250,10 @@ func TestHostDriverRootAndHook(t *testing.T) {
 	if !slices.Equal(names, []string{node.Devices[0].UUID, "0", "all"}) {
 		t.Errorf("device names = %v", names)
 	}
-	if _, err := spec.New(spec.WithDriverRoot(root), spec.WithLDCacheHook("/nonexistent/hook")).Generate(node, node.Devices); err == nil {
-		t.Error("a missing hook binary was accepted")
+	for _, bad := range []string{"/nonexistent/hook", "relative/hook", root} {
+		if _, err := spec.New(spec.WithDriverRoot(root), spec.WithHookBinary(bad)).Generate(node, node.Devices); err == nil || !strings.Contains(err.Error(), "--hook-binary") {
+			t.Errorf("hook binary %q: err = %v", bad, err)
+		}
 	}
 }
 

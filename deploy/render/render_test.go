@@ -300,6 +300,7 @@ func TestHostPaths(t *testing.T) {
 				{"/var/lib/kubelet/device-plugins", corev1.HostPathDirectory, "/var/lib/kubelet/device-plugins", false, ""},
 				{"/var/run/cdi", corev1.HostPathDirectoryOrCreate, "/var/run/cdi", false, ""},
 				{b.driverRoot, driverType, "/driver-root", true, corev1.MountPropagationHostToContainer},
+				{"/var/lib/nvinject/bin", corev1.HostPathDirectoryOrCreate, "/var/lib/nvinject/bin", true, ""},
 			},
 			nri: {
 				{"/var/run/nri", corev1.HostPathDirectory, "/var/run/nri", false, ""},
@@ -346,7 +347,8 @@ func TestArgs(t *testing.T) {
 		o := kustomize(t, b.dir)
 		dp := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Args
 		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins",
-			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481"}
+			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481",
+			"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook"}
 		if !slices.Equal(dp, wantDP) {
 			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
 		}

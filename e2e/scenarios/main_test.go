@@ -21,6 +21,7 @@ const runDir = "/tmp/nvinject-scn"
 var (
 	suite   *simnode.Deployer
 	dep     simnode.Deployment
+	driver  simnode.Driver
 	skipWhy string
 )
 
@@ -54,6 +55,17 @@ func runMain(m *testing.M) int {
 		return m.Run()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// DRIVER_LAYOUT: flat (default), debian, or simulated.
+	t0 := time.Now()
+	drv, err := simnode.ChooseDriver(ctx, os.Getenv("DRIVER_LAYOUT"), os.Stderr)
+	if err != nil {
+		fmt.Println("scenarios: driver root:", err)
+		return 1
+	}
+	driver = drv
+	fmt.Printf("scenarios: %s (ready in %s)\n", drv, time.Since(t0).Round(time.Millisecond))
 	node := localnode.New(localnode.WithRunDir(runDir), localnode.WithToolsBin(tools), localnode.WithLogger(log),
 		localnode.WithContainerdDropIn(filepath.Join(repo, "deploy", "containerd", "nvinject.toml")),
 		localnode.WithPauseBinary(filepath.Join(bin, "pause")), localnode.WithTimeout(2*time.Minute))
@@ -62,17 +74,17 @@ func runMain(m *testing.M) int {
 			fmt.Println("scenarios: tear down:", err)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	t0 := time.Now()
+	t0 = time.Now()
 	if err := node.Up(ctx); err != nil {
 		fmt.Println("scenarios: node up:", err)
 		return 1
 	}
 	fmt.Printf("scenarios: node up in %s\n", time.Since(t0).Round(time.Millisecond))
-	d, err := simnode.New(node, simnode.WithRepoRoot(repo), simnode.WithBinDir(bin), simnode.WithToolsBin(tools), simnode.WithLogger(log))
+	d, err := simnode.New(node, simnode.WithRepoRoot(repo), simnode.WithBinDir(bin), simnode.WithToolsBin(tools), simnode.WithLogger(log), simnode.WithDriver(driver))
 	if err == nil {
+		t0 = time.Now()
 		err = d.ImportImages(ctx)
+		fmt.Printf("scenarios: images imported in %s\n", time.Since(t0).Round(time.Millisecond))
 	}
 	if err == nil {
 		t0 = time.Now()

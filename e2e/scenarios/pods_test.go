@@ -167,10 +167,11 @@ func waitEvent(t *testing.T, ctx context.Context, name, reason, text string) str
 	return msg
 }
 
-// containerGPUs runs nvidia-smi in pod name and returns its GPU UUIDs.
+// containerGPUs runs nvidia-smi-sim (the SIMULATED GPUs' UUID query, in the
+// test images) in pod name and returns its GPU UUIDs.
 func containerGPUs(t *testing.T, ctx context.Context, name string) []string {
 	t.Helper()
-	out, err := need(t).Kube().Exec(ctx, ns, name, "", "nvidia-smi", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader")
+	out, err := need(t).Kube().Exec(ctx, ns, name, "", "nvidia-smi-sim", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader")
 	if err != nil {
 		t.Fatalf("nvidia-smi in %s: %v", name, err)
 	}

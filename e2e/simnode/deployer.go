@@ -14,17 +14,18 @@ import (
 
 // Deployer installs nvinject on one local node.
 type Deployer struct {
-	node  *localnode.Node
-	kube  *Kube
-	repo  string
-	bin   string
-	tools string
-	log   *slog.Logger
+	node   *localnode.Node
+	kube   *Kube
+	repo   string
+	bin    string
+	tools  string
+	driver Driver
+	log    *slog.Logger
 }
 
 // New returns a Deployer for a node that is Up.
 func New(node *localnode.Node, opts ...Option) (*Deployer, error) {
-	d := &Deployer{node: node, repo: ".", bin: "bin", log: slog.Default()}
+	d := &Deployer{node: node, repo: ".", bin: "bin", driver: Driver{Layout: Simulated}, log: slog.Default()}
 	for _, o := range opts {
 		o(d)
 	}
@@ -46,6 +47,9 @@ func New(node *localnode.Node, opts ...Option) (*Deployer, error) {
 	return d, nil
 }
 
+// Driver is the driver root the host gets.
+func (d *Deployer) Driver() Driver { return d.driver }
+
 // Kube is the node's API access.
 func (d *Deployer) Kube() *Kube { return d.kube }
 
@@ -59,7 +63,7 @@ func (d *Deployer) Bin(program string) string { return filepath.Join(d.bin, prog
 // `docker exec <worker> nvidia-smi`): nvidia-smi-sim over the driver root's
 // facts, viewing every GPU of the host.
 func (d *Deployer) HostSMICommand() []string {
-	return []string{"env", "NVINJECT_SIM_FACTS=" + filepath.Join(DriverRoot, "usr/share/nvinject/simulated-gpus.json"),
+	return []string{"env", "NVINJECT_SIM_FACTS=" + filepath.Join(DriverRoot, SimFacts),
 		"NVINJECT_SIM_HOST_VIEW=1", d.Bin("nvidia-smi-sim")}
 }
 

@@ -12,22 +12,30 @@ import (
 	"syscall"
 )
 
-// WriteDriverRoot writes the SIMULATED driver root for nvml (sim:a100-80gb[*N])
-// at DriverRoot, with nvidia-smi-sim as its nvidia-smi, and makes it a shared
-// mount (see shareDriverRoot).
+// WriteDriverRoot writes the driver root for nvml (sim:a100-80gb[*N]) at
+// DriverRoot and makes it a shared mount (see shareDriverRoot): with a real
+// Driver, a copy of NVIDIA's user space plus the SIMULATED GPUs' facts file;
+// otherwise the SIMULATED root, with nvidia-smi-sim as its nvidia-smi.
 func (d *Deployer) WriteDriverRoot(ctx context.Context, nvml string) error {
 	if err := os.MkdirAll(DriverRoot, 0o755); err != nil {
-		return fmt.Errorf("create simulated driver root %s: %w", DriverRoot, err)
+		return fmt.Errorf("create driver root %s: %w", DriverRoot, err)
 	}
 	// Empty it in place: it may be the mount point shareDriverRoot made.
 	entries, err := os.ReadDir(DriverRoot)
 	if err != nil {
-		return fmt.Errorf("read simulated driver root %s: %w", DriverRoot, err)
+		return fmt.Errorf("read driver root %s: %w", DriverRoot, err)
 	}
 	for _, e := range entries {
 		if err := os.RemoveAll(filepath.Join(DriverRoot, e.Name())); err != nil {
-			return fmt.Errorf("empty simulated driver root %s: %w", DriverRoot, err)
+			return fmt.Errorf("empty driver root %s: %w", DriverRoot, err)
 		}
+	}
+	if d.driver.Real() {
+		if err := d.writeRealDriverRoot(ctx, nvml); err != nil {
+			return err
+		}
+		d.log.Info("real driver root copied, simulated GPU facts added", "dir", DriverRoot, "layout", d.driver.Layout, "from", d.driver.Source, "nvml", nvml)
+		return shareDriverRoot()
 	}
 	out, err := exec.CommandContext(ctx, d.Bin("nvinject-cdi"), "simulate-driver-root", "--nvml="+nvml,
 		"--smi="+d.Bin("nvidia-smi-sim"), DriverRoot).CombinedOutput()
@@ -58,7 +66,7 @@ func shareDriverRoot() error {
 	return nil
 }
 
-// RemoveDriverRoot unmounts and removes the simulated driver root.
+// RemoveDriverRoot unmounts and removes the driver root.
 func RemoveDriverRoot() error {
 	mounted, err := isMountPoint(DriverRoot)
 	if err != nil {

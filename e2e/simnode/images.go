@@ -7,30 +7,24 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nvinject/nvinject/e2e/bookworm"
 	"github.com/nvinject/nvinject/e2e/ociimage"
 )
 
-// imageSpec is one image the deployment needs: a program from the bin dir at
-// /usr/bin/<name>, plus its ldd libraries (cgo programs need glibc).
-type imageSpec struct {
-	ref, program string
-}
-
-var nvinjectImages = []imageSpec{
-	{VLLMImage, "vllm-standin"},
-}
-
 // releaseArchives are the daemons' release images that `make images` writes
-// under _out/images: the node runs exactly what is shipped.
+// under _out/images: the node runs exactly what is shipped (the device
+// plugin's image carries nvinject-cdi-hook for its init container).
 var releaseArchives = []string{"nvinject-device-plugin.oci.tar", "nvinject-nri.oci.tar"}
 
-// busyboxApplets are linked in the busybox image for test pods.
+// busyboxApplets are linked in the busybox image for test pods; the image
+// also carries nvidia-smi-sim (static), the SIMULATED GPUs' UUID query.
 var busyboxApplets = []string{"sh", "sleep", "ls", "cat", "env", "grep"}
 
 // ImportImages imports the daemons' release images (`make images`) and packs
 // the vLLM stand-in and busybox test images as OCI archives under
 // <run dir>/nvinject-images, importing them into the node's containerd
-// (there is no registry).
+// (there is no registry). With the real driver root the vLLM stand-in's
+// image is Debian bookworm (see vllmImage).
 func (d *Deployer) ImportImages(ctx context.Context) error {
 	for _, a := range releaseArchives {
 		archive := filepath.Join(d.repo, "_out", "images", a)
@@ -46,14 +40,6 @@ func (d *Deployer) ImportImages(ctx context.Context) error {
 		return fmt.Errorf("create image dir %s: %w", dir, err)
 	}
 	imgs := map[string]*ociimage.Image{}
-	for _, s := range nvinjectImages {
-		bin := filepath.Join(d.bin, s.program)
-		img := ociimage.New(s.ref, ociimage.WithEntrypoint("/usr/bin/"+s.program))
-		if err := img.AddBinary(bin, "/usr/bin/"+s.program); err != nil {
-			return fmt.Errorf("image %s: %w; run `make build` first", s.ref, err)
-		}
-		imgs[s.ref] = img
-	}
 	bb := ociimage.New(BusyboxImage, ociimage.WithEntrypoint("/bin/sh"))
 	if err := bb.AddFile("/bin/busybox", "/bin/busybox"); err != nil {
 		return fmt.Errorf("busybox image: %w; apt-get install busybox-static", err)
@@ -61,7 +47,15 @@ func (d *Deployer) ImportImages(ctx context.Context) error {
 	for _, a := range busyboxApplets {
 		bb.AddSymlink("/bin/"+a, "busybox")
 	}
+	if err := bb.AddFile(d.Bin("nvidia-smi-sim"), "/usr/bin/nvidia-smi-sim"); err != nil {
+		return fmt.Errorf("busybox image: %w; run `make build` first", err)
+	}
 	imgs[BusyboxImage] = bb
+	vllm, err := d.vllmImage(ctx)
+	if err != nil {
+		return err
+	}
+	imgs[VLLMImage] = vllm
 	for ref, img := range imgs {
 		archive := filepath.Join(dir, archiveName(ref))
 		if err := img.WriteArchiveFile(archive); err != nil {
@@ -76,4 +70,40 @@ func (d *Deployer) ImportImages(ctx context.Context) error {
 
 func archiveName(ref string) string {
 	return strings.NewReplacer("/", "_", ":", "_").Replace(ref) + ".tar"
+}
+
+// vllmPrograms go into the vLLM stand-in's image at /usr/bin: the stand-in,
+// the probe that loads the driver's libraries as CUDA programs do, and the
+// SIMULATED GPUs' UUID query.
+var vllmPrograms = []string{"vllm-standin", "gpu-probe", "nvidia-smi-sim"}
+
+// vllmImage is the vLLM stand-in's image. With the real driver root its base
+// is a Debian bookworm root file system (e2e/bookworm; vLLM's images are
+// Debian/Ubuntu based): glibc and ldconfig, which NVIDIA's libraries and the
+// CDI spec's update-ldcache hook need; the programs are copied as they are
+// (the host is bookworm too). With the simulated root, whose libraries are
+// placeholders, it is the programs and their ldd libraries only.
+func (d *Deployer) vllmImage(ctx context.Context) (*ociimage.Image, error) {
+	entry := ociimage.WithEntrypoint("/usr/bin/vllm-standin")
+	if !d.driver.Real() {
+		img := ociimage.New(VLLMImage, entry)
+		for _, p := range vllmPrograms {
+			if err := img.AddBinary(d.Bin(p), "/usr/bin/"+p); err != nil {
+				return nil, fmt.Errorf("image %s: %w; run `make build` first", VLLMImage, err)
+			}
+		}
+		return img, nil
+	}
+	base, err := bookworm.Rootfs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", VLLMImage, err)
+	}
+	img := ociimage.New(VLLMImage, entry, ociimage.WithBaseLayer(base))
+	for _, p := range vllmPrograms {
+		if err := img.AddFile(d.Bin(p), "/usr/bin/"+p); err != nil {
+			return nil, fmt.Errorf("image %s: %w; run `make build` first", VLLMImage, err)
+		}
+	}
+	d.log.Info("vLLM stand-in image on Debian bookworm", "base", base)
+	return img, nil
 }

@@ -37,5 +37,9 @@ func WithBinDir(dir string) Option { return func(d *Deployer) { d.bin = dir } }
 // WithToolsBin sets the pinned tools dir (kubectl).
 func WithToolsBin(dir string) Option { return func(d *Deployer) { d.tools = dir } }
 
+// WithDriver sets the host's driver root (ChooseDriver); the default is the
+// SIMULATED one.
+func WithDriver(drv Driver) Option { return func(d *Deployer) { d.driver = drv } }
+
 // WithLogger sets the progress logger.
 func WithLogger(l *slog.Logger) Option { return func(d *Deployer) { d.log = l } }

@@ -52,8 +52,11 @@ type Link struct {
 // Node is everything discovered about one node's GPUs at one moment.
 type Node struct {
 	DriverVersion string
-	CUDAVersion   string
-	Devices       []Device
+	// DriverSource says where DriverVersion came from, for messages: "NVML",
+	// or for a simulation the option or driver root it follows.
+	DriverSource string
+	CUDAVersion  string
+	Devices      []Device
 	// ControlNodes are the driver-wide nodes present on the host
 	// (/dev/nvidiactl, /dev/nvidia-uvm, ...).
 	ControlNodes []DeviceNode

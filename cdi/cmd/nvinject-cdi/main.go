@@ -31,7 +31,7 @@ const usage = `nvinject-cdi: CDI specs for the node's NVIDIA GPUs.
 Commands:
   generate --nvml=<real|sim:...> --driver-root=DIR [--output=FILE|-] [--spec-dir=DIR]
            [--vendor=nvidia.com] [--class=gpu] [--device-name-strategy=uuid|index]
-           [--visible-devices=all]
+           [--visible-devices=all] [--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook]
   validate FILE
   list --spec-dir=DIR
   simulate-driver-root --nvml=sim:... [--smi=PATH] DIR   (SIMULATION: test/demo equipment)
@@ -68,7 +68,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 func generate(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	nvml := fs.String("nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
+	nvml := fs.String("nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N][,driver=VERSION] for a SIMULATED node (its driver version follows --driver-root unless driver= is given)")
 	root := fs.String("driver-root", "/", "directory holding the driver install")
 	hostRoot := fs.String("host-driver-root", "", "the driver root's path on the host, if this process sees it elsewhere")
 	output := fs.String("output", "", "write the spec to FILE, or - for stdout (default: into --spec-dir)")
@@ -77,10 +77,16 @@ func generate(ctx context.Context, args []string, out io.Writer) error {
 	class := fs.String("class", spec.DefaultClass, "CDI class")
 	names := fs.String("device-name-strategy", string(spec.NameUUID), "name GPU devices by uuid, or also by index")
 	visible := fs.String("visible-devices", "all", "GPUs to include (NVIDIA_VISIBLE_DEVICES semantics)")
-	hook := fs.String("ldcache-hook", "", "host path of nvidia-cdi-hook to refresh the container's ld.so.cache")
+	hook := fs.String("hook-binary", "", "host path of the hook program the spec's createContainer hooks run (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook): library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks, links as bind mounts")
+	fs.StringVar(hook, "ldcache-hook", "", "deprecated: use --hook-binary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "ldcache-hook" {
+			fmt.Fprintln(os.Stderr, "nvinject-cdi: warning: --ldcache-hook is deprecated and will be removed; use --hook-binary (it now runs every hook)")
+		}
+	})
 	strategy, err := spec.ParseNameStrategy(*names)
 	if err != nil {
 		return err
@@ -89,10 +95,7 @@ func generate(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := []spec.Option{spec.WithVendor(*vendor), spec.WithClass(*class), spec.WithDriverRoot(*root), spec.WithHostDriverRoot(*hostRoot), spec.WithNameStrategy(strategy)}
-	if *hook != "" {
-		opts = append(opts, spec.WithLDCacheHook(*hook))
-	}
+	opts := []spec.Option{spec.WithVendor(*vendor), spec.WithClass(*class), spec.WithDriverRoot(*root), spec.WithHostDriverRoot(*hostRoot), spec.WithNameStrategy(strategy), spec.WithHookBinary(*hook)}
 	s, err := spec.New(opts...).Generate(node, devs)
 	if err != nil {
 		return err

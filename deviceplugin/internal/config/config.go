@@ -49,7 +49,10 @@ type Config struct {
 	NVML       string
 	DriverRoot string
 	// HostDriverRoot is DriverRoot's path on the host; CDI specs name host paths.
-	HostDriverRoot   string
+	HostDriverRoot string
+	// HookBinary is the host path of the hook program the CDI spec's
+	// createContainer hooks run; empty for a spec without hooks.
+	HookBinary       string
 	KubeletDir       string
 	PluginSocket     string
 	ResourceName     string
@@ -82,7 +85,7 @@ func (c Config) Attrs() []any {
 	}
 	return []any{
 		"version", version.Version, "revision", version.Rev(),
-		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "kubelet_dir", c.KubeletDir,
+		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary, "kubelet_dir", c.KubeletDir,
 		"plugin_socket", c.PluginSocket, "resource_name", c.ResourceName,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", c.CDIVendor + "/" + c.CDIClass,
 		"cdi_annotation_prefix", c.AnnotationPrefix,
@@ -107,6 +110,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&c.NVML, "nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
+	fs.StringVar(&c.HookBinary, "hook-binary", "", "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks")
 	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock)")
 	fs.StringVar(&c.PluginSocket, "plugin-socket", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource to publish")
@@ -180,6 +184,9 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 		errs = append(errs, errors.New("--kubelet-dir is empty; give kubelet's device plugin directory"))
 	} else if n := len(filepath.Join(c.KubeletDir, c.PluginSocket)); n > 107 {
 		errs = append(errs, fmt.Errorf("--kubelet-dir=%q with --plugin-socket=%q makes a %d-byte socket path; unix sockets allow 107", c.KubeletDir, c.PluginSocket, n))
+	}
+	if c.HookBinary != "" && !filepath.IsAbs(c.HookBinary) {
+		errs = append(errs, fmt.Errorf("--hook-binary=%q is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", c.HookBinary))
 	}
 	if c.CDISpecDir == "" {
 		errs = append(errs, errors.New("--cdi-spec-dir is empty; give the directory containerd reads CDI specs from (/var/run/cdi)"))

@@ -33,7 +33,8 @@ func TestLoadSeedEnvAndFlagPrecedence(t *testing.T) {
 		"MIG_STRATEGY":           "none",
 		"DEVICE_LIST_STRATEGY":   "cdi-annotations,cdi-cri",
 		"DEVICE_ID_STRATEGY":     "index",
-		"NVINJECT_NVML":          "sim:a100-80gb*8",
+		"NVINJECT_NVML":          "sim:a100-80gb*8,driver=535.261.03",
+		"NVINJECT_HOOK_BINARY":   "/var/lib/nvinject/bin/nvinject-cdi-hook",
 	})
 	c, err := Load([]string{"--device-id-strategy=uuid"}, e, io.Discard, io.Discard)
 	if err != nil {
@@ -45,8 +46,11 @@ func TestLoadSeedEnvAndFlagPrecedence(t *testing.T) {
 	if c.IDStrategy != IDUUID {
 		t.Errorf("flag should win over env: got %q", c.IDStrategy)
 	}
-	if c.NVML != "sim:a100-80gb*8" {
+	if c.NVML != "sim:a100-80gb*8,driver=535.261.03" {
 		t.Errorf("nvml = %q", c.NVML)
+	}
+	if c.HookBinary != "/var/lib/nvinject/bin/nvinject-cdi-hook" {
+		t.Errorf("hook binary from NVINJECT_HOOK_BINARY = %q", c.HookBinary)
 	}
 }
 
@@ -72,6 +76,7 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 		{args: []string{"--plugin-socket=kubelet.sock"}, want: `--plugin-socket="kubelet.sock"`},
 		{args: []string{"--kubelet-dir=/" + strings.Repeat("d", 120)}, want: "unix sockets allow 107"},
 		{args: []string{"extra"}, want: "unexpected arguments"},
+		{args: []string{"--hook-binary=bin/nvinject-cdi-hook"}, want: `--hook-binary="bin/nvinject-cdi-hook" is not an absolute path`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -121,7 +121,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return fmt.Errorf("no GPU to publish: NVIDIA_VISIBLE_DEVICES=%q selects none of the node's %d GPUs; set it (ConfigMap key selected-gpu-uuid) to a GPU UUID, index or all", d.cfg.VisibleDevices, len(node.Devices))
 	}
 
-	gen := spec.New(spec.WithVendor(d.cfg.CDIVendor), spec.WithClass(d.cfg.CDIClass), spec.WithDriverRoot(d.cfg.DriverRoot), spec.WithHostDriverRoot(d.cfg.HostDriverRoot))
+	gen := spec.New(spec.WithVendor(d.cfg.CDIVendor), spec.WithClass(d.cfg.CDIClass), spec.WithDriverRoot(d.cfg.DriverRoot), spec.WithHostDriverRoot(d.cfg.HostDriverRoot), spec.WithHookBinary(d.cfg.HookBinary))
 	s, err := gen.Generate(node, published)
 	if err != nil {
 		return fmt.Errorf("generate the CDI spec: %w", err)

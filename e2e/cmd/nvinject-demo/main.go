@@ -23,8 +23,8 @@ import (
 )
 
 type config struct {
-	repo, bin, tools, runDir string
-	keep                     bool
+	repo, bin, tools, runDir, layout string
+	keep                             bool
 }
 
 func main() {
@@ -34,6 +34,7 @@ func main() {
 	flag.StringVar(&c.tools, "tools-bin", os.Getenv("NVINJECT_TOOLS_BIN"), "pinned node programs (`make tools`)")
 	flag.StringVar(&c.runDir, "run-dir", "/tmp/nvinject-demo", "the node's run dir (keep it short: unix socket paths)")
 	flag.BoolVar(&c.keep, "keep", os.Getenv("KEEP") == "1", "leave the node up (KEEP=1)")
+	flag.StringVar(&c.layout, "driver-layout", os.Getenv("DRIVER_LAYOUT"), "driver root on the node: flat (default) or debian for NVIDIA's REAL user space (make driver-root), simulated for the placeholder root (DRIVER_LAYOUT)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c, os.Stdout)
@@ -92,8 +93,16 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 	start := time.Now()
 	p := &phases{out: out}
 	fmt.Fprintln(out, "nvinject demo: a real single-node Kubernetes (kubelet, API server, containerd, runc) on this machine.")
-	fmt.Fprintln(out, "SIMULATED: the GPU. NVML is sim:a100-80gb (go-nvml's DGX A100 mock, deterministic UUIDs) and nvidia-smi")
-	fmt.Fprintln(out, "is nvidia-smi-sim in a simulated driver root; the vLLM server is a stand-in that does no inference.")
+	var drv simnode.Driver
+	if err := p.do("driver root (make driver-root, cached machine-wide)", func() (err error) {
+		drv, err = simnode.ChooseDriver(ctx, c.layout, os.Stderr)
+		return err
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "Driver root:", drv)
+	fmt.Fprintln(out, "SIMULATED: the GPU. NVML is sim:a100-80gb (go-nvml's DGX A100 mock, deterministic UUIDs), its UUID query")
+	fmt.Fprintln(out, "is nvidia-smi-sim; the vLLM server is a stand-in that does no inference.")
 
 	node := localnode.New(localnode.WithRunDir(c.runDir), localnode.WithToolsBin(c.tools), localnode.WithLogger(log),
 		localnode.WithContainerdDropIn(filepath.Join(c.repo, "deploy", "containerd", "nvinject.toml")),
@@ -117,7 +126,7 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 	if err := p.do("node up (etcd, API server, scheduler, controller-manager, containerd, kubelet)", func() error { return node.Up(ctx) }); err != nil {
 		return err
 	}
-	d, err := simnode.New(node, simnode.WithRepoRoot(c.repo), simnode.WithBinDir(c.bin), simnode.WithToolsBin(c.tools), simnode.WithLogger(log))
+	d, err := simnode.New(node, simnode.WithRepoRoot(c.repo), simnode.WithBinDir(c.bin), simnode.WithToolsBin(c.tools), simnode.WithLogger(log), simnode.WithDriver(drv))
 	if err != nil {
 		return err
 	}

@@ -50,8 +50,8 @@ func evidence(ctx context.Context, d *simnode.Deployer, dep simnode.Deployment, 
 		return err
 	}
 
-	sh.section("the GPU inside the container")
-	got, err := sh.run(ctx, kubectl("exec", "-n", "default", pod, "--", "nvidia-smi", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader")...)
+	sh.section("the GPU inside the container (SIMULATED GPU: its UUID query is nvidia-smi-sim, in the image)")
+	got, err := sh.run(ctx, kubectl("exec", "-n", "default", pod, "--", "nvidia-smi-sim", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader")...)
 	if err != nil {
 		return err
 	}
@@ -65,6 +65,9 @@ func evidence(ctx context.Context, d *simnode.Deployer, dep simnode.Deployment, 
 		return err
 	}
 	sh.note("nvinject-nri checked the UUID it injected against kubelet's allocation (PodResources) before runc started the container")
+	if err := realDriver(ctx, d, pod, sh); err != nil {
+		return err
+	}
 
 	sh.section("one completion from the vLLM stand-in (SIMULATED: no inference; it reports the GPU it found)")
 	if _, err := sh.run(ctx, "curl", "-sS", "--max-time", "10", "http://"+ip+":8000/v1/completions",
@@ -77,4 +80,43 @@ func evidence(ctx context.Context, d *simnode.Deployer, dep simnode.Deployment, 
 		"--cdi-spec-dir", strings.Join(d.CDISpecDirs(), ","), "--containerd-config", node.ContainerdConfig(),
 		"--nvidia-smi", strings.Join(d.HostSMICommand(), " "))
 	return err
+}
+
+// noDriver is what NVIDIA's nvidia-smi prints when its libraries load and the
+// kernel module is not there.
+const noDriver = "couldn't communicate with the NVIDIA driver"
+
+// realDriver shows NVIDIA's REAL driver user space inside the container: the
+// real nvidia-smi failing only for want of the kernel module, the driver's
+// libraries loading as CUDA programs load them, and the ld.so.cache the spec's
+// update-ldcache hook wrote. On the simulated root it says why it is skipped.
+func realDriver(ctx context.Context, d *simnode.Deployer, pod string, sh shell) error {
+	drv := d.Driver()
+	if !drv.Real() {
+		sh.section("NVIDIA's real driver user space inside the container: not shown")
+		sh.note("%s", drv)
+		return nil
+	}
+	exec := func(script string) []string {
+		return d.Kube().KubectlArgs("exec", "-n", "default", pod, "--", "/bin/sh", "-c", script)
+	}
+	sh.section("NVIDIA's REAL driver user space inside the container (" + drv.Layout + " layout; no kernel module, no GPU)")
+	out, err := sh.run(ctx, exec(`command -v nvidia-smi; nvidia-smi; echo "exit status $?"`)...)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(out, noDriver) || !strings.Contains(out, "exit status 9") {
+		sh.note("UNEXPECTED: the real nvidia-smi should fail only with %q (exit 9)", noDriver)
+		return fmt.Errorf("the real nvidia-smi in %s did not fail as a driver without its kernel module does", pod)
+	}
+	sh.note("the real nvidia-smi loaded the injected libraries and found no kernel driver: what it says on any host whose module is not loaded")
+	if _, err := sh.run(ctx, d.Kube().KubectlArgs("exec", "-n", "default", pod, "--", "gpu-probe")...); err != nil {
+		return fmt.Errorf("a driver library did not load in %s: %w", pod, err)
+	}
+	sh.note("every library loads; cuInit 100 (no device) and nvmlInit 9 (Driver Not Loaded) are what the real driver answers without its kernel module")
+	if _, err := sh.run(ctx, exec(`ldconfig -p | grep -E 'libcuda|libnvidia-ml' || echo "ldconfig -p lists no NVIDIA library"`)...); err != nil {
+		return err
+	}
+	sh.note("the CDI spec's update-ldcache hook (nvinject-cdi-hook) indexed the driver's libraries in the container, where Triton (vLLM) looks for libcuda")
+	return nil
 }

@@ -240,8 +240,9 @@ func TestAlreadyInjectedByContainerdIsNotDuplicated(t *testing.T) {
 	if hookCount(adj.GetHooks()) > 0 || len(adj.GetMounts()) > 0 || len(adj.GetLinux().GetDevices()) > 0 || len(adj.GetEnv()) > 0 {
 		t.Errorf("adjustment repeats containerd's CDI edits: %v", adj)
 	}
-	if n := len(s.Hooks.CreateContainer); n != 1 {
-		t.Errorf("createContainer hooks = %d, want exactly 1", n)
+	// The spec's hooks: create-symlinks, enable-cuda-compat, update-ldcache.
+	if n := len(s.Hooks.CreateContainer); n != 3 {
+		t.Errorf("createContainer hooks = %d, want exactly the spec's 3", n)
 	}
 	seen := map[string]bool{}
 	for _, m := range s.Mounts {
@@ -254,13 +255,13 @@ func TestAlreadyInjectedByContainerdIsNotDuplicated(t *testing.T) {
 		t.Errorf("GPU nodes = %v", got)
 	}
 
-	// Without containerd's CDI the plugin adds the hook, once.
+	// Without containerd's CDI the plugin adds the spec's hooks, once.
 	s, adj, err = e.create(t, nritest.Pod("q", "nvidia", nil), map[string]string{annotations.DevicesKey: name}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Hooks == nil || len(s.Hooks.CreateContainer) != 1 || s.Hooks.CreateContainer[0].Path != e.node.Hook {
-		t.Errorf("hooks = %+v, want the ldcache hook once", s.Hooks)
+	if s.Hooks == nil || len(s.Hooks.CreateContainer) != 3 || slices.ContainsFunc(s.Hooks.CreateContainer, func(h oci.Hook) bool { return h.Path != e.node.Hook }) {
+		t.Errorf("hooks = %+v, want the spec's 3 hooks once", s.Hooks)
 	}
 	if len(adj.GetMounts()) == 0 {
 		t.Error("adjustment has no mounts although containerd applied nothing")

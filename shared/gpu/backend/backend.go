@@ -4,11 +4,10 @@ package backend
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/nvinject/nvinject/shared/driverroot"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
@@ -31,10 +30,9 @@ type Options struct {
 	DevRoot string
 }
 
-// LibDirs are the directories, under a driver root, searched for NVML.
-var LibDirs = []string{"usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "lib64", "lib/x86_64-linux-gnu"}
-
-// Open returns the inventory value names ("real" or "sim:...").
+// Open returns the inventory value names ("real" or "sim:..."). A
+// simulation reports the driver version of o.DriverRoot when that root
+// holds a driver, unless the value's driver= option names one.
 func Open(value string, o Options) (*Backend, error) {
 	if value == "" {
 		value = Real
@@ -44,8 +42,12 @@ func Open(value string, o Options) (*Backend, error) {
 		if err != nil {
 			return nil, err
 		}
+		source, err := simDriver(&spec, value, o.DriverRoot)
+		if err != nil {
+			return nil, err
+		}
 		node := sim.New(spec)
-		inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithSimulated())
+		inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source))
 		if err != nil {
 			return nil, err
 		}
@@ -61,27 +63,41 @@ func Open(value string, o Options) (*Backend, error) {
 		o.DevRoot = o.DriverRoot
 	}
 	var libOpts []nvml.LibraryOption
-	if p := findLib(o.DriverRoot); p != "" {
-		libOpts = append(libOpts, nvml.WithLibraryPath(p))
+	lib := "libnvidia-ml.so.1 from the host's loader path"
+	if o.DriverRoot != "/" {
+		// The root's own NVML, found inside the root (its links may be
+		// absolute); without one the loader searches the host's places.
+		if p := driverroot.FindLibrary(o.DriverRoot, "libnvidia-ml.so.1"); p != "" {
+			libOpts = append(libOpts, nvml.WithLibraryPath(p))
+			lib = p
+		}
 	}
 	inv, err := nvmlinv.New(nvml.New(libOpts...), nvmlinv.WithNodeLookup(nvmlinv.StatLookup{Root: o.DevRoot}))
 	if err != nil {
-		return nil, fmt.Errorf("open NVML (driver root %s): %w", o.DriverRoot, err)
+		return nil, fmt.Errorf("open NVML (%s, driver root %s): %w", lib, o.DriverRoot, err)
 	}
 	return &Backend{Inventory: inv}, nil
 }
 
-// findLib returns NVML's path under a non-/ driver root, or "" to let the
-// dynamic loader search the host's usual places.
-func findLib(root string) string {
-	if root == "/" {
-		return ""
+// simDriver settles the simulated driver version: the value's driver=
+// option, else the version of the driver in root, else the simulation's
+// default. It returns where the version came from.
+func simDriver(spec *sim.Spec, value, root string) (string, error) {
+	if spec.Driver != "" {
+		return fmt.Sprintf("SIMULATED, the driver= option of %s", value), nil
 	}
-	for _, d := range LibDirs {
-		p := filepath.Join(root, d, "libnvidia-ml.so.1")
-		if _, err := os.Stat(p); err == nil {
-			return p
+	if root != "" {
+		v, ok, err := driverroot.DriverVersion(root)
+		if err != nil {
+			return "", fmt.Errorf("--nvml=%s follows the driver root's version: %w; or give the version with %s,driver=VERSION", value, err, value)
+		}
+		if ok {
+			if _, known := sim.CUDAVersionFor(v.Version); !known {
+				return "", fmt.Errorf("--nvml=%s: driver root %s holds driver %s (%s), older than the simulation knows; simulate another with %s,driver=VERSION", value, root, v.Version, v.File, value)
+			}
+			spec.Driver = v.Version
+			return fmt.Sprintf("SIMULATED, following the driver root %s: %s", root, v.File), nil
 		}
 	}
-	return ""
+	return fmt.Sprintf("SIMULATED, %s default", value), nil
 }

@@ -30,6 +30,7 @@ type Inventory struct {
 	lib       nvml.Interface
 	nodes     NodeLookup
 	simulated bool
+	source    string
 	waitSlice uint32
 
 	mu     sync.Mutex
@@ -45,6 +46,10 @@ func WithNodeLookup(l NodeLookup) Option { return func(i *Inventory) { i.nodes =
 // WithSimulated marks the facts as simulated.
 func WithSimulated() Option { return func(i *Inventory) { i.simulated = true } }
 
+// WithDriverSource says where the driver version NVML reports comes from
+// (default "NVML"); the simulation names the option or root it follows.
+func WithDriverSource(s string) Option { return func(i *Inventory) { i.source = s } }
+
 // WithWaitSlice bounds one NVML event wait, and so how fast WatchHealth
 // notices its context ending.
 func WithWaitSlice(d time.Duration) Option {
@@ -54,15 +59,21 @@ func WithWaitSlice(d time.Duration) Option {
 // ErrLibraryNotFound is returned when libnvidia-ml.so.1 cannot be loaded.
 var ErrLibraryNotFound = errors.New("NVML library libnvidia-ml.so.1 not found")
 
+// ErrDriverNotLoaded is returned when NVML loads but the kernel module is not.
+var ErrDriverNotLoaded = errors.New("NVML: Driver Not Loaded")
+
 // New initialises NVML through lib and returns the inventory.
 func New(lib nvml.Interface, opts ...Option) (*Inventory, error) {
-	inv := &Inventory{lib: lib, nodes: StatLookup{Root: "/"}, waitSlice: 1000}
+	inv := &Inventory{lib: lib, nodes: StatLookup{Root: "/"}, source: "NVML", waitSlice: 1000}
 	for _, o := range opts {
 		o(inv)
 	}
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 			return nil, fmt.Errorf("%w: the NVIDIA driver's user-space library is not visible to this process; check that the driver is installed on the host (nvidia-smi works there), that the driver root is mounted and --driver-root points at it, or use --nvml=sim:a100-80gb for a simulated node", ErrLibraryNotFound)
+		}
+		if ret == nvml.ERROR_DRIVER_NOT_LOADED {
+			return nil, fmt.Errorf("%w: NVML's library loaded but the NVIDIA kernel module is not: check `lsmod | grep nvidia` on the host (load it with `modprobe nvidia`, or see why it fails in `dmesg`) and that /dev/nvidiactl exists; use --nvml=sim:a100-80gb for a simulated node", ErrDriverNotLoaded)
 		}
 		return nil, fmt.Errorf("initialise NVML: %s; check the driver with nvidia-smi on the host", nvml.ErrorString(ret))
 	}
@@ -85,7 +96,7 @@ func (i *Inventory) Close() error {
 
 // Discover reads the node's GPUs, device nodes and pairwise topology.
 func (i *Inventory) Discover(ctx context.Context) (gpu.Node, error) {
-	node := gpu.Node{Simulated: i.simulated, Links: map[string]map[string]gpu.Link{}}
+	node := gpu.Node{Simulated: i.simulated, DriverSource: i.source, Links: map[string]map[string]gpu.Link{}}
 	var ret nvml.Return
 	if node.DriverVersion, ret = i.lib.SystemGetDriverVersion(); ret != nvml.SUCCESS {
 		return gpu.Node{}, nvmlErr("read the driver version", ret)

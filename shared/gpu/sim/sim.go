@@ -17,22 +17,51 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/nvinject/nvinject/shared/driverroot"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
 // Prefix marks a simulated --nvml value: "sim:a100-80gb", "sim:a100-80gb*8",
-// "sim:a100-80gb*8,mig=3" (GPU 3 with MIG mode on).
+// "sim:a100-80gb*8,mig=3" (GPU 3 with MIG mode on),
+// "sim:a100-80gb,driver=535.261.03" (the driver version NVML reports).
 const Prefix = "sim:"
 
 // UVMMajor is the major the simulation gives /dev/nvidia-uvm (dynamic on a
 // real host, read from /proc/devices there).
 const UVMMajor = 508
 
-// DriverVersion and CUDADriverVersion are what the simulated node reports.
+// DriverVersion and CUDADriverVersion are what the simulated node reports
+// when neither a driver= option nor a driver root names another driver.
 const (
 	DriverVersion     = "580.95.05"
 	CUDADriverVersion = 13000
 )
+
+// cudaByBranch is the CUDA version (NVML's 1000*major+10*minor) that each
+// NVIDIA driver branch supports, from the CUDA Toolkit release notes' driver
+// table; a branch between two rows supports the lower row's version.
+var cudaByBranch = []struct{ branch, cuda int }{
+	{470, 11040}, {510, 11060}, {515, 11070}, {520, 11080}, {525, 12000},
+	{530, 12010}, {535, 12020}, {545, 12030}, {550, 12040}, {555, 12050},
+	{560, 12060}, {565, 12070}, {570, 12080}, {575, 12090}, {580, 13000},
+}
+
+// CUDAVersionFor returns the CUDA version a driver version's branch
+// supports, as NVML reports it (12020 for 535.261.03). ok is false for a
+// branch older than the table.
+func CUDAVersionFor(driver string) (cuda int, ok bool) {
+	major, _, _ := strings.Cut(driver, ".")
+	b, err := strconv.Atoi(major)
+	if err != nil {
+		return 0, false
+	}
+	for _, row := range cudaByBranch {
+		if row.branch <= b {
+			cuda, ok = row.cuda, true
+		}
+	}
+	return cuda, ok
+}
 
 var models = map[string]gpus.Config{
 	"a100-80gb":      gpus.A100_SXM4_80GB,
@@ -45,6 +74,16 @@ type Spec struct {
 	Model string
 	Count int
 	MIG   []int
+	// Driver is the driver version NVML reports; "" for DriverVersion.
+	Driver string
+}
+
+// DriverVersion is the driver version the simulated NVML reports.
+func (s Spec) DriverVersion() string {
+	if s.Driver != "" {
+		return s.Driver
+	}
+	return DriverVersion
 }
 
 // String renders the spec back into its --nvml form.
@@ -60,19 +99,22 @@ func (s Spec) String() string {
 		}
 		out += ",mig=" + strings.Join(parts, "+")
 	}
+	if s.Driver != "" {
+		out += ",driver=" + s.Driver
+	}
 	return out
 }
 
 // IsSim reports whether an --nvml value asks for the simulation.
 func IsSim(v string) bool { return strings.HasPrefix(v, Prefix) }
 
-// ParseSpec parses "sim:<model>[*N][,mig=I[+J...]]".
+// ParseSpec parses "sim:<model>[*N][,mig=I[+J...]][,driver=VERSION]".
 func ParseSpec(v string) (Spec, error) {
 	if !IsSim(v) {
 		return Spec{}, fmt.Errorf("--nvml=%q is not a simulation value; use sim:a100-80gb or sim:a100-80gb*8", v)
 	}
 	body := strings.TrimPrefix(v, Prefix)
-	body, opts, _ := strings.Cut(body, ",")
+	body, opts, hasOpts := strings.Cut(body, ",")
 	s := Spec{Model: body, Count: 1}
 	if m, n, ok := strings.Cut(body, "*"); ok {
 		c, err := strconv.Atoi(n)
@@ -84,17 +126,33 @@ func ParseSpec(v string) (Spec, error) {
 	if _, ok := models[s.Model]; !ok {
 		return Spec{}, fmt.Errorf("--nvml=%q: unknown simulated model %q; known: %s", v, s.Model, strings.Join(Models(), ", "))
 	}
-	if opts != "" {
-		k, val, _ := strings.Cut(opts, "=")
-		if k != "mig" {
-			return Spec{}, fmt.Errorf("--nvml=%q: unknown option %q; the only option is mig=I[+J]", v, k)
+	for opt := range strings.SplitSeq(opts, ",") {
+		if !hasOpts {
+			break
 		}
-		for _, f := range strings.Split(val, "+") {
-			i, err := strconv.Atoi(f)
-			if err != nil || i < 0 || i >= s.Count {
-				return Spec{}, fmt.Errorf("--nvml=%q: mig index %q must be a GPU index from 0 to %d", v, f, s.Count-1)
+		k, val, _ := strings.Cut(opt, "=")
+		switch k {
+		case "mig":
+			if s.MIG != nil {
+				return Spec{}, fmt.Errorf("--nvml=%q: mig= is given twice; list the GPUs once, joined with +", v)
 			}
-			s.MIG = append(s.MIG, i)
+			for _, f := range strings.Split(val, "+") {
+				i, err := strconv.Atoi(f)
+				if err != nil || i < 0 || i >= s.Count {
+					return Spec{}, fmt.Errorf("--nvml=%q: mig index %q must be a GPU index from 0 to %d", v, f, s.Count-1)
+				}
+				s.MIG = append(s.MIG, i)
+			}
+		case "driver":
+			if !driverroot.ValidVersion(val) {
+				return Spec{}, fmt.Errorf("--nvml=%q: driver=%q is not a driver version; give one such as 535.261.03", v, val)
+			}
+			if _, ok := CUDAVersionFor(val); !ok {
+				return Spec{}, fmt.Errorf("--nvml=%q: driver=%q is older than the simulation knows (branch %d and later)", v, val, cudaByBranch[0].branch)
+			}
+			s.Driver = val
+		default:
+			return Spec{}, fmt.Errorf("--nvml=%q: unknown option %q; the options are mig=I[+J] and driver=VERSION", v, k)
 		}
 	}
 	return s, nil
@@ -141,8 +199,8 @@ type Node struct {
 func New(spec Spec) *Node {
 	cfgs := gpus.Multiple(spec.Count, models[spec.Model])
 	srv := dgxa100.NewWithGPUs(cfgs...)
-	srv.DriverVersion = DriverVersion
-	srv.CudaDriverVersion = CUDADriverVersion
+	srv.DriverVersion = spec.DriverVersion()
+	srv.CudaDriverVersion, _ = CUDAVersionFor(srv.DriverVersion)
 	n := &Node{spec: spec, server: srv, regs: map[chan nvml.EventData]map[string]bool{}}
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)

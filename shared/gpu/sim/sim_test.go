@@ -89,6 +89,21 @@ func TestMIG(t *testing.T) {
 	}
 }
 
+// driver= sets what NVML reports, and the CUDA version follows the branch.
+func TestDriverOption(t *testing.T) {
+	for _, tc := range []struct{ value, driver, cuda string }{
+		{"sim:a100-80gb", sim.DriverVersion, "13.0"},
+		{"sim:a100-80gb,driver=535.261.03", "535.261.03", "12.2"},
+		{"sim:a100-80gb*2,driver=550.54.15", "550.54.15", "12.4"},
+		{"sim:a100-80gb,driver=590.10", "590.10", "13.0"},
+	} {
+		node, _, _ := discover(t, tc.value)
+		if node.DriverVersion != tc.driver || node.CUDAVersion != tc.cuda {
+			t.Errorf("%s: driver %s CUDA %s, want %s and %s", tc.value, node.DriverVersion, node.CUDAVersion, tc.driver, tc.cuda)
+		}
+	}
+}
+
 func TestParseSpec(t *testing.T) {
 	for _, tc := range []struct {
 		in      string
@@ -104,6 +119,11 @@ func TestParseSpec(t *testing.T) {
 		{in: "sim:a100-80gb*x", wantErr: "from 1 to 16"},
 		{in: "sim:a100-80gb*2,mig=2", wantErr: "from 0 to 1"},
 		{in: "sim:a100-80gb,foo=1", wantErr: "unknown option"},
+		{in: "sim:a100-80gb*8,driver=535.261.03,mig=1", want: "sim:a100-80gb*8,mig=1,driver=535.261.03"},
+		{in: "sim:a100-80gb,driver=535", wantErr: "not a driver version"},
+		{in: "sim:a100-80gb,driver=390.157", wantErr: "older than the simulation knows"},
+		{in: "sim:a100-80gb*4,mig=1,mig=2", wantErr: "twice"},
+		{in: "sim:a100-80gb,", wantErr: "unknown option"},
 	} {
 		s, err := sim.ParseSpec(tc.in)
 		if tc.wantErr != "" {
