@@ -98,8 +98,8 @@ fi
 step "1 discovery: nvinject-cdi generate --nvml=$NVML"
 UUID=
 if show nvinject-cdi generate --nvml="$NVML" --driver-root="$ROOT" --hook-binary="$HOOK" --output="$WORK/cdi/nvinject.yaml" &&
-	show nvinject-cdi validate "$WORK/cdi/nvinject.yaml" && show nvinject-cdi list --spec-dir="$WORK/cdi"; then
-	UUID=$(nvinject-cdi list --spec-dir="$WORK/cdi" 2>/dev/null | grep -o 'GPU-[0-9a-fA-F-]*' | head -1)
+	show nvinject-cdi validate "$WORK/cdi/nvinject.yaml" && show nvinject-cdi list --cdi-spec-dir="$WORK/cdi"; then
+	UUID=$(nvinject-cdi list --cdi-spec-dir="$WORK/cdi" 2>/dev/null | grep -o 'GPU-[0-9a-fA-F-]*' | head -1)
 	libs=$(grep -c 'containerPath: .*\.so\.' "$WORK/cdi/nvinject.yaml")
 	echo "  spec: $(grep -c 'hostPath:' "$WORK/cdi/nvinject.yaml") mounts ($libs libraries), $(grep -c 'hookName:' "$WORK/cdi/nvinject.yaml") hooks; first GPU $UUID"
 	if ((DRY)); then
@@ -196,7 +196,7 @@ else
 echo "-- uuid"; '$UUIDCMD' --query-gpu=uuid --format=csv,noheader; echo "exit $?"
 echo "-- ldconfig -p"; ldconfig -p | grep -E "libcuda|libnvidia-ml"; echo "-- end"'
 	RUNC_ID=nvinject-gpucheck-$$
-	if show nvinject-gpucheck oci --spec-dir "$WORK/cdi" --device "nvidia.com/gpu=$UUID" --bundle "$bundle" -- /bin/sh -c "$script"; then
+	if show nvinject-gpucheck oci --cdi-spec-dir "$WORK/cdi" --device "nvidia.com/gpu=$UUID" --bundle "$bundle" -- /bin/sh -c "$script"; then
 		echo "$ runc --root $WORK/runc run --bundle $bundle $RUNC_ID"
 		LD_LIBRARY_PATH=$B/lib runc --root "$WORK/runc" run --bundle "$bundle" "$RUNC_ID" < /dev/null > "$WORK/container.log" 2>&1
 		rrc=$?

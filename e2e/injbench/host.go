@@ -38,7 +38,7 @@ func writeCDISpec(ctx context.Context, nvinjectCDI string, l layout) (name, uuid
 	if err := run(ctx, nvinjectCDI, "simulate-driver-root", "--nvml="+simNode, l.driverRoot()); err != nil {
 		return "", "", fmt.Errorf("write the simulated driver root (is nvidia-smi-sim next to nvinject-cdi?): %w", err)
 	}
-	if err := run(ctx, nvinjectCDI, "generate", "--nvml="+simNode, "--driver-root="+l.driverRoot(), "--spec-dir="+l.cdiDir()); err != nil {
+	if err := run(ctx, nvinjectCDI, "generate", "--nvml="+simNode, "--driver-root="+l.driverRoot(), "--cdi-spec-dir="+l.cdiDir()); err != nil {
 		return "", "", fmt.Errorf("generate the CDI spec: %w", err)
 	}
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(l.cdiDir()), cdi.WithAutoRefresh(false))

@@ -5,7 +5,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/nvinject/nvinject/cdi/simfacts"
+	"github.com/nvinject/nvinject/shared/cli"
 )
 
 const factsPath = "/usr/share/nvinject/simulated-gpus.json"
@@ -35,13 +35,14 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer, facts, dev string) int {
-	fs := flag.NewFlagSet("nvidia-smi", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := cli.New("nvidia-smi-sim", "[--query-gpu=FIELDS --format=csv[,noheader]] | [-L]", cli.WithOutput(stdout, stderr),
+		cli.WithAbout("The SIMULATED nvidia-smi: reports the simulated GPUs whose /dev/nvidiaN the container has (NVINJECT_SIM_FACTS names the facts file; NVINJECT_SIM_HOST_VIEW=1 reports every GPU). It never touches a real GPU."))
+	fs := c.Flags()
 	query := fs.String("query-gpu", "", "comma list of fields: index,uuid,name,memory.total,pci.bus_id,driver_version,mig.mode.current")
 	format := fs.String("format", "", "csv[,noheader][,nounits]")
 	list := fs.Bool("L", false, "list GPUs")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if err := c.Parse(args, nil); err != nil {
+		return cli.Code("nvidia-smi-sim", err, stderr)
 	}
 	f, err := simfacts.Read(facts)
 	if err != nil {

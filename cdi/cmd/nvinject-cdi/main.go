@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,78 +18,60 @@ import (
 
 	"github.com/nvinject/nvinject/cdi/simroot"
 	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 
-const usage = `nvinject-cdi: CDI specs for the node's NVIDIA GPUs.
-
-Commands:
-  generate --nvml=<real|sim:...> --driver-root=DIR [--output=FILE|-] [--spec-dir=DIR]
-           [--vendor=nvidia.com] [--class=gpu] [--device-name-strategy=uuid|index]
-           [--visible-devices=all] [--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook]
-  validate FILE
-  list --spec-dir=DIR
-  simulate-driver-root --nvml=sim:... [--smi=PATH] DIR   (SIMULATION: test/demo equipment)
-`
+const name = "nvinject-cdi"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "nvinject-cdi:", err)
-		os.Exit(1)
-	}
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(cli.Code(name, err, os.Stderr))
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
-		return errors.New("no command given; run `nvinject-cdi help` for the commands")
-	}
-	switch args[0] {
-	case "generate":
-		return generate(ctx, args[1:], out)
-	case "validate":
-		return validate(args[1:], out)
-	case "list":
-		return list(args[1:], out)
-	case "simulate-driver-root":
-		return simulate(ctx, args[1:], out)
-	case "-h", "--help", "help":
-		_, err := fmt.Fprint(out, usage)
-		return err
-	}
-	return fmt.Errorf("unknown command %q; run `nvinject-cdi help` for the commands", args[0])
+func run(ctx context.Context, args []string, out, stderr io.Writer) error {
+	return cli.Dispatch(name, []cli.Subcommand{
+		{Name: "generate", Summary: "write the CDI spec for the node's GPUs", Run: func(a []string) error { return generate(ctx, a, out, stderr) }},
+		{Name: "validate", Summary: "check a CDI spec file", Run: func(a []string) error { return validate(a, out, stderr) }},
+		{Name: "list", Summary: "list the CDI devices of a spec directory", Run: func(a []string) error { return list(a, out, stderr) }},
+		{Name: "simulate-driver-root", Summary: "write a SIMULATED driver root (test and demo equipment)", Run: func(a []string) error { return simulate(ctx, a, out, stderr) }},
+	}, args, out, stderr)
 }
 
-func generate(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+func generate(ctx context.Context, args []string, out, stderr io.Writer) error {
+	c := cli.New(name+" generate", "[flags]", cli.WithOutput(out, stderr))
+	fs := c.Flags()
 	nvml := fs.String("nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N][,driver=VERSION] for a SIMULATED node (its driver version follows --driver-root unless driver= is given)")
 	root := fs.String("driver-root", "/", "directory holding the driver install")
 	hostRoot := fs.String("host-driver-root", "", "the driver root's path on the host, if this process sees it elsewhere")
 	output := fs.String("output", "", "write the spec to FILE, or - for stdout (default: into --spec-dir)")
-	specDir := fs.String("spec-dir", "/var/run/cdi", "CDI spec directory")
-	vendor := fs.String("vendor", spec.DefaultVendor, "CDI vendor")
-	class := fs.String("class", spec.DefaultClass, "CDI class")
+	specDir := fs.String("cdi-spec-dir", contract.CDISpecDir, "CDI spec directory")
+	vendor := fs.String("cdi-vendor", contract.CDIVendor, "CDI vendor")
+	class := fs.String("cdi-class", contract.CDIClass, "CDI class")
 	names := fs.String("device-name-strategy", string(spec.NameUUID), "name GPU devices by uuid, or also by index")
 	visible := fs.String("visible-devices", "all", "GPUs to include (NVIDIA_VISIBLE_DEVICES semantics)")
 	hook := fs.String("hook-binary", "", "host path of the hook program the spec's createContainer hooks run (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook): library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks, links as bind mounts")
-	fs.StringVar(hook, "ldcache-hook", "", "deprecated: use --hook-binary")
-	if err := fs.Parse(args); err != nil {
+	c.Deprecated("ldcache-hook", "hook-binary")
+	c.Deprecated("spec-dir", "cdi-spec-dir")
+	c.Deprecated("vendor", "cdi-vendor")
+	c.Deprecated("class", "cdi-class")
+	if err := c.Parse(args, nil); err != nil {
 		return err
 	}
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "ldcache-hook" {
-			fmt.Fprintln(os.Stderr, "nvinject-cdi: warning: --ldcache-hook is deprecated and will be removed; use --hook-binary (it now runs every hook)")
-		}
-	})
+	if len(c.Args()) > 0 {
+		return cli.Usagef("unexpected arguments %q", c.Args())
+	}
 	strategy, err := spec.ParseNameStrategy(*names)
 	if err != nil {
-		return err
+		return cli.UsageError{Err: err}
 	}
-	node, devs, err := discover(ctx, *nvml, *root, *visible)
+	node, devs, err := discover(ctx, *nvml, *root, *visible, stderr)
 	if err != nil {
 		return err
 	}
@@ -125,7 +105,7 @@ func generate(ctx context.Context, args []string, out io.Writer) error {
 	}
 }
 
-func discover(ctx context.Context, nvml, root, visible string) (gpu.Node, []gpu.Device, error) {
+func discover(ctx context.Context, nvml, root, visible string, stderr io.Writer) (gpu.Node, []gpu.Device, error) {
 	b, err := backend.Open(nvml, backend.Options{DriverRoot: root})
 	if err != nil {
 		return gpu.Node{}, nil, err
@@ -144,14 +124,18 @@ func discover(ctx context.Context, nvml, root, visible string) (gpu.Node, []gpu.
 		return gpu.Node{}, nil, err
 	}
 	for _, s := range skipped {
-		fmt.Fprintln(os.Stderr, "nvinject-cdi: skipping:", s.Reason)
+		fmt.Fprintln(stderr, "nvinject-cdi: skipping:", s.Reason)
 	}
 	return node, devs, nil
 }
 
-func validate(args []string, out io.Writer) error {
-	if len(args) != 1 {
-		return errors.New("validate takes one spec file: nvinject-cdi validate FILE")
+func validate(args []string, out, stderr io.Writer) error {
+	c := cli.New(name+" validate", "FILE", cli.WithOutput(out, stderr))
+	if err := c.Parse(args, nil); err != nil {
+		return err
+	}
+	if args = c.Args(); len(args) != 1 {
+		return cli.Usagef("validate takes one spec file: nvinject-cdi validate FILE")
 	}
 	s, err := cdi.ReadSpec(args[0], 0)
 	if err != nil {
@@ -161,11 +145,15 @@ func validate(args []string, out io.Writer) error {
 	return err
 }
 
-func list(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	specDir := fs.String("spec-dir", "/var/run/cdi", "CDI spec directory")
-	if err := fs.Parse(args); err != nil {
+func list(args []string, out, stderr io.Writer) error {
+	c := cli.New(name+" list", "[flags]", cli.WithOutput(out, stderr))
+	specDir := c.Flags().String("cdi-spec-dir", contract.CDISpecDir, "CDI spec directory")
+	c.Deprecated("spec-dir", "cdi-spec-dir")
+	if err := c.Parse(args, nil); err != nil {
 		return err
+	}
+	if len(c.Args()) > 0 {
+		return cli.Usagef("unexpected arguments %q", c.Args())
 	}
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(*specDir), cdi.WithAutoRefresh(false))
 	if err != nil && cache == nil {
@@ -189,18 +177,19 @@ func list(args []string, out io.Writer) error {
 	return nil
 }
 
-func simulate(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("simulate-driver-root", flag.ContinueOnError)
+func simulate(ctx context.Context, args []string, out, stderr io.Writer) error {
+	c := cli.New(name+" simulate-driver-root", "[flags] DIR", cli.WithOutput(out, stderr), cli.WithAbout("SIMULATION: writes a driver root of placeholder libraries and nvidia-smi-sim, for tests and demos."))
+	fs := c.Flags()
 	nvml := fs.String("nvml", "sim:a100-80gb", "the SIMULATED node: sim:a100-80gb[*N]")
 	smi := fs.String("smi", "", "simulated nvidia-smi binary (default: nvidia-smi-sim next to this program)")
-	if err := fs.Parse(args); err != nil {
+	if err := c.Parse(args, nil); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return errors.New("simulate-driver-root takes one directory: nvinject-cdi simulate-driver-root --nvml=sim:a100-80gb DIR")
+	if len(c.Args()) != 1 {
+		return cli.Usagef("simulate-driver-root takes one directory: nvinject-cdi simulate-driver-root --nvml=sim:a100-80gb DIR")
 	}
 	if !sim.IsSim(*nvml) {
-		return fmt.Errorf("--nvml=%q: a simulated driver root is only for simulated nodes (sim:...)", *nvml)
+		return cli.Usagef("--nvml=%q: a simulated driver root is only for simulated nodes (sim:...)", *nvml)
 	}
 	if *smi == "" {
 		self, err := os.Executable()
@@ -218,7 +207,7 @@ func simulate(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	dir := fs.Arg(0)
+	dir := c.Args()[0]
 	if err := simroot.Write(dir, node, *smi); err != nil {
 		return err
 	}

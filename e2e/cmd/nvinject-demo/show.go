@@ -46,7 +46,7 @@ func evidence(ctx context.Context, d *simnode.Deployer, dep simnode.Deployment, 
 	if _, err := sh.run(ctx, "find", node.CDIDir(), "-maxdepth", "1", "-type", "f", "-print"); err != nil {
 		return err
 	}
-	if _, err := sh.run(ctx, d.Bin("nvinject-cdi"), "list", "--spec-dir="+node.CDIDir()); err != nil {
+	if _, err := sh.run(ctx, d.Bin("nvinject-cdi"), "list", "--cdi-spec-dir="+node.CDIDir()); err != nil {
 		return err
 	}
 

@@ -80,7 +80,7 @@ func TestOCIInjectsTheCDIDevice(t *testing.T) {
 	}
 	write(t, specDir, "nvinject.yaml", spec("nvidia.com/gpu", []string{"/usr/bin/nvidia-smi"}, "nvinject-cdi-hook"))
 	var out bytes.Buffer
-	args := []string{"oci", "--spec-dir", specDir, "--device", "nvidia.com/gpu=" + uuid, "--bundle", bundle, "--", "nvidia-smi", "-L"}
+	args := []string{"oci", "--cdi-spec-dir", specDir, "--device", "nvidia.com/gpu=" + uuid, "--bundle", bundle, "--", "nvidia-smi", "-L"}
 	if err := run(context.Background(), args, &out, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestOCIInjectsTheCDIDevice(t *testing.T) {
 	if !strings.Contains(strings.Join(s.Process.Env, " "), "NVIDIA_VISIBLE_DEVICES=void") || strings.Join(s.Process.Args, " ") != "nvidia-smi -L" {
 		t.Errorf("process %+v", s.Process)
 	}
-	if err := run(context.Background(), []string{"oci", "--spec-dir", specDir, "--device", "nvidia.com/gpu=GPU-none", "--bundle", bundle, "--", "true"}, &out, &out); err == nil {
+	if err := run(context.Background(), []string{"oci", "--cdi-spec-dir", specDir, "--device", "nvidia.com/gpu=GPU-none", "--bundle", bundle, "--", "true"}, &out, &out); err == nil {
 		t.Error("oci for an unknown device succeeded")
 	}
 }
@@ -204,7 +204,7 @@ func TestKubeletWatchesTheRegisteredPlugin(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"nope"}, {"kubelet"}, {"oci", "--spec-dir", "x"}, {"compare", "--ours", "a"}} {
+	for _, args := range [][]string{{}, {"nope"}, {"kubelet"}, {"oci", "--cdi-spec-dir", "x"}, {"compare", "--ours", "a"}} {
 		var out bytes.Buffer
 		if err := run(context.Background(), args, &out, &out); err == nil {
 			t.Errorf("%q: no usage error", args)

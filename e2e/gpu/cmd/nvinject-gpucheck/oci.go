@@ -15,9 +15,9 @@ import (
 )
 
 func ociCmd(args []string, stdout, stderr io.Writer) error {
-	c := cli.New(name+" oci", "--spec-dir DIR --device VENDOR/CLASS=NAME --bundle DIR -- ARGS...", cli.WithOutput(stdout, stderr),
+	c := cli.New(name+" oci", "--cdi-spec-dir DIR --device VENDOR/CLASS=NAME --bundle DIR -- ARGS...", cli.WithOutput(stdout, stderr),
 		cli.WithAbout("Writes BUNDLE/config.json: ARGS run in BUNDLE/rootfs with the CDI device's edits (device nodes and their cgroup rules, mounts, env, hooks) applied, as containerd applies a CDI name. Run it with `runc run --bundle BUNDLE ID`."))
-	specDir := c.Flags().String("spec-dir", "", "CDI spec directory")
+	specDir := c.Flags().String("cdi-spec-dir", "", "CDI spec directory")
 	device := c.Flags().String("device", "", "fully qualified CDI device name (nvidia.com/gpu=GPU-...)")
 	bundle := c.Flags().String("bundle", "", "bundle directory holding rootfs/")
 	if done, err := parse(c, args); done || err != nil {
