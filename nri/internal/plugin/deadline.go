@@ -1,0 +1,61 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// within runs work under the handler's request deadline. When the deadline
+// passes first, the container is refused at once: a refusal fails the
+// creation, while overrunning the runtime's plugin_request_timeout would
+// make containerd skip the plugin. work gets a context that ends at the
+// deadline; if it ignores it, it finishes in the background and Wait waits
+// for it.
+func within[T any](ctx context.Context, h *Handler, what string, work func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.deadline)
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	h.inflight.Add(1)
+	go func() {
+		defer h.inflight.Done()
+		defer cancel()
+		v, err := work(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, refuse(ReasonDeadline, fmt.Errorf("%s did not finish within --request-deadline=%s (%w); the container is refused rather than started unchecked: see the plugin's log for what it waits on", what, h.deadline, context.Cause(ctx)))
+	}
+}
+
+// Wait waits for requests that are still running after their deadline.
+func (h *Handler) Wait() { h.inflight.Wait() }
+
+// SetSimDelay makes every CreateContainer wait d first. SIMULATION ONLY: the
+// fault tests use it to play a slow plugin; the command refuses it unless
+// the GPUs are simulated.
+func (h *Handler) SetSimDelay(d time.Duration) { h.simDelay.Store(int64(d)) }
+
+// SimDelay is the current simulated delay.
+func (h *Handler) SimDelay() time.Duration { return time.Duration(h.simDelay.Load()) }
+
+// simulateDelay sleeps the simulated delay, or until ctx ends.
+func (h *Handler) simulateDelay(ctx context.Context) {
+	d := h.SimDelay()
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
