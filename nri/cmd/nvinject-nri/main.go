@@ -22,6 +22,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/nri/internal/simfault"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/httpserve"
 	"github.com/nvinject/nvinject/shared/logging"
@@ -58,7 +59,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	res, err := resolve.New(cfg.CDISpecDirs)
+	res, err := resolve.New(cfg.CDISpecDirs, resolve.WithLogger(log))
 	if err != nil {
 		return err
 	}
@@ -70,6 +71,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := []plugin.Option{
 		plugin.WithLogger(log), plugin.WithMetrics(m), plugin.WithRuntimeHandlers(cfg.RuntimeHandlers...),
 		plugin.WithKind(cfg.CDIVendor, cfg.CDIClass), plugin.WithResourceName(cfg.ResourceName),
+		plugin.WithRequestDeadline(cfg.RequestDeadline),
 	}
 	if cfg.NVML != "" {
 		inv, err := inventory(ctx, cfg)
@@ -91,10 +93,18 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	runner := plugin.NewRunner(h, cfg.PluginName, cfg.PluginIdx, cfg.SocketPath, plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m))
 
 	srv := httpserve.New(cfg.MetricsAddr, reg, httpserve.WithReady(runner.Ready), httpserve.WithLogger(log))
+	if cfg.Simulated() {
+		h.SetSimDelay(cfg.SimDelay)
+		for p, hd := range simfault.Routes(h, runner) {
+			srv.Handle(p, hd)
+		}
+		log.Warn("SIMULATION: fault injection endpoints enabled", "endpoints", "/debug/sim/delay, /debug/sim/disconnect", "sim_delay", cfg.SimDelay.String())
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(ctx) }()
 	log.Info("starting", "socket", cfg.SocketPath, "plugin", cfg.PluginIdx+"-"+cfg.PluginName,
-		"cdiSpecDirs", cfg.CDISpecDirs, "runtimeHandlers", cfg.RuntimeHandlers, "podResources", cfg.PodResourcesSocket)
+		"cdi_spec_dirs", cfg.CDISpecDirs, "runtime_handlers", cfg.RuntimeHandlers, "pod_resources", cfg.PodResourcesSocket,
+		"request_deadline", cfg.RequestDeadline.String())
 	if err := runner.Run(ctx); err != nil {
 		return err
 	}

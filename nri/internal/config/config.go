@@ -9,6 +9,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Config is the parsed command line.
@@ -28,6 +29,8 @@ type Config struct {
 	MetricsAddr        string
 	LogFormat          string
 	LogLevel           string
+	RequestDeadline    time.Duration
+	SimDelay           time.Duration
 }
 
 // Defaults for the repeatable flags, used when a flag is not given at all.
@@ -75,6 +78,8 @@ func Parse(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9482", "address serving /metrics, /healthz and /readyz (empty disables)")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&c.RequestDeadline, "request-deadline", time.Second, "refuse a container whose CreateContainer or validation takes longer; keep it well below containerd's plugin_request_timeout (2s), past which containerd skips the plugin")
+	fs.DurationVar(&c.SimDelay, "sim-delay", 0, "SIMULATION ONLY (needs --nvml=sim:...): make every CreateContainer wait this long first, to play a slow plugin")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -95,6 +100,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("--socket-path must not be empty")
 	case c.CDIVendor == "" || c.CDIClass == "":
 		return fmt.Errorf("--cdi-vendor and --cdi-class must not be empty")
+	case c.RequestDeadline <= 0:
+		return fmt.Errorf("--request-deadline=%s must be positive, e.g. 1s (below containerd's plugin_request_timeout)", c.RequestDeadline)
+	case c.SimDelay < 0:
+		return fmt.Errorf("--sim-delay=%s must not be negative", c.SimDelay)
+	case c.SimDelay > 0 && !c.Simulated():
+		return fmt.Errorf("--sim-delay is SIMULATION ONLY and needs --nvml=sim:...; remove it on a real node")
 	}
 	for _, h := range c.RuntimeHandlers {
 		if h == "" {
@@ -103,3 +114,7 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// Simulated reports whether the GPUs are simulated (--nvml=sim:...), which
+// enables the SIMULATION-only fault injection.
+func (c Config) Simulated() bool { return strings.HasPrefix(c.NVML, "sim:") }

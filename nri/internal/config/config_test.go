@@ -4,6 +4,7 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestDefaults(t *testing.T) {
@@ -30,6 +31,17 @@ func TestRepeatableFlagsReplaceDefaults(t *testing.T) {
 	}
 }
 
+func TestDeadlineAndSimDelay(t *testing.T) {
+	c, err := Parse(nil, io.Discard)
+	if err != nil || c.RequestDeadline != time.Second || c.SimDelay != 0 {
+		t.Fatalf("defaults: %+v, %v", c, err)
+	}
+	c, err = Parse([]string{"--nvml=sim:a100-80gb", "--sim-delay=3s", "--request-deadline=500ms"}, io.Discard)
+	if err != nil || c.SimDelay != 3*time.Second || c.RequestDeadline != 500*time.Millisecond || !c.Simulated() {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+}
+
 func TestInvalid(t *testing.T) {
 	for _, args := range [][]string{
 		{"--plugin-idx", "5"},
@@ -38,6 +50,10 @@ func TestInvalid(t *testing.T) {
 		{"--cdi-vendor", ""},
 		{"extra"},
 		{"--no-such-flag"},
+		{"--request-deadline", "0s"},
+		{"--sim-delay", "3s"},
+		{"--sim-delay", "3s", "--nvml", "real"},
+		{"--sim-delay", "-1s", "--nvml", "sim:a100-80gb"},
 	} {
 		if _, err := Parse(args, io.Discard); err == nil {
 			t.Errorf("Parse(%q) accepted", args)
