@@ -79,7 +79,7 @@ func Parse(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&c.RequestDeadline, "request-deadline", time.Second, "refuse a container whose CreateContainer or validation takes longer; keep it well below containerd's plugin_request_timeout (2s), past which containerd skips the plugin")
-	fs.DurationVar(&c.SimDelay, "sim-delay", 0, "SIMULATION ONLY (needs --nvml=sim:...): make every CreateContainer wait this long first, to play a slow plugin")
+	fs.DurationVar(&c.SimDelay, "sim-delay", 0, "SIMULATION ONLY (needs --nvml=sim:...): make every CreateContainer of a served runtime handler's pod wait this long first, to play a slow plugin")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}

@@ -23,6 +23,9 @@ func within[T any](ctx context.Context, h *Handler, what string, work func(conte
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
+	// Cancelled only once the outcome is taken: work finishing must not
+	// look like the deadline passing.
+	defer cancel()
 	type result struct {
 		v   T
 		err error
@@ -31,7 +34,6 @@ func within[T any](ctx context.Context, h *Handler, what string, work func(conte
 	h.inflight.Add(1)
 	go func() {
 		defer h.inflight.Done()
-		defer cancel()
 		v, err := work(ctx)
 		done <- result{v, err}
 	}()
@@ -47,9 +49,10 @@ func within[T any](ctx context.Context, h *Handler, what string, work func(conte
 // Wait waits for requests that are still running after their deadline.
 func (h *Handler) Wait() { h.inflight.Wait() }
 
-// SetSimDelay makes every CreateContainer wait d first. SIMULATION ONLY: the
-// fault tests use it to play a slow plugin; the command refuses it unless
-// the GPUs are simulated.
+// SetSimDelay makes every CreateContainer of a served runtime handler's pod
+// wait d first, as real slowness would (other pods skip the GPU work).
+// SIMULATION ONLY: the fault tests use it to play a slow plugin; the command
+// refuses it unless the GPUs are simulated.
 func (h *Handler) SetSimDelay(d time.Duration) { h.simDelay.Store(int64(d)) }
 
 // SimDelay is the current simulated delay.

@@ -151,7 +151,10 @@ type outcome struct {
 func (h *Handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	out, err := within(ctx, h, "CreateContainer", func(ctx context.Context) (outcome, error) {
-		if h.simulateDelay(ctx); ctx.Err() != nil {
+		if h.handlers[pod.GetRuntimeHandler()] {
+			h.simulateDelay(ctx)
+		}
+		if ctx.Err() != nil {
 			return outcome{}, refuse(ReasonDeadline, fmt.Errorf("simulated delay %s: %w", h.SimDelay(), ctx.Err()))
 		}
 		return h.create(ctx, pod, ctr)

@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nvinject/nvinject/nri/internal/nritest"
 )
 
 func writeSpec(t testing.TB, dir, file, kind, dev string) {
@@ -115,5 +120,53 @@ func TestUnresolvableErrorIsBounded(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "100 spec file errors") || !strings.Contains(err.Error(), "more bytes") {
 		t.Errorf("error does not count what it cut: %.600s", err)
+	}
+}
+
+// TestMatchesTheCDICache: Resolve applies exactly what the CDI library's
+// cache (containerd's CDI) applies, for nvinject's generated spec beside
+// others, a device overridden by a later spec dir and a conflict of two
+// files in one dir (neither counts).
+func TestMatchesTheCDICache(t *testing.T) {
+	node := nritest.NewNode(t, "sim:a100-80gb*4", true)
+	later := t.TempDir()
+	writeSpec(t, node.SpecDir, "x1.yaml", "example.com/x", "dup")
+	writeSpec(t, node.SpecDir, "x2.yaml", "example.com/x", "dup")
+	writeSpec(t, node.SpecDir, "y.yaml", "example.com/y", "d0")
+	if err := os.WriteFile(filepath.Join(later, "y.json"), []byte(`{"cdiVersion":"0.6.0","kind":"example.com/y","containerEdits":{"env":["Y_COMMON=1"]},"devices":[{"name":"d0","containerEdits":{"env":["Y_LATER=1"]}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{node.SpecDir, later}
+	r, err := New(dirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := oci.User{UID: 1000, GID: 1000}
+	for _, names := range [][]string{
+		{node.Name(0)}, {node.Name(3), node.Name(1)}, {node.Name(2), "example.com/y=d0"},
+		{"example.com/x=dup"}, {node.Name(0), "example.com/none=z"},
+	} {
+		want := &oci.Spec{Process: &oci.Process{User: user}, Linux: &oci.Linux{}}
+		wantUnres, wantErr := cache.InjectDevices(want, names...)
+		got, err := r.Resolve(names, user)
+		var u *UnresolvableError
+		switch {
+		case wantErr != nil:
+			if !errors.As(err, &u) || !slices.Equal(u.Names, wantUnres) {
+				t.Errorf("%v: CDI cache: unresolved %v (%v); Resolve: %v", names, wantUnres, wantErr, err)
+			}
+		case err != nil:
+			t.Errorf("%v: CDI cache resolves, Resolve: %v", names, err)
+		case !reflect.DeepEqual(got.Spec, want):
+			t.Errorf("%v: edits differ from the CDI cache's:\n got %+v\nwant %+v", names, got.Spec, want)
+		}
+	}
+	if n := len(r.SpecErrors()); n == 0 {
+		t.Error("the conflict of x1.yaml and x2.yaml is not reported")
 	}
 }

@@ -1,6 +1,6 @@
 // Package simfault serves the SIMULATION-only endpoints that make
 // nvinject-nri misbehave for the fault tests: POST /debug/sim/delay?d=
-// (every CreateContainer waits d first) and POST /debug/sim/disconnect?for=
+// (every CreateContainer of a GPU runtime handler pod waits d first) and POST /debug/sim/disconnect?for=
 // (drop the NRI connection and stay away that long). The command mounts
 // them only when --nvml=sim:...; a real node has none.
 package simfault
