@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,11 +45,12 @@ func TestHungAndKilledFailClosed(t *testing.T) {
 	rt := nritest.NewRuntime(filepath.Join(sockDir, "nri.sock"), nil, nil,
 		adaptation.WithDefaultValidator(&validator.DefaultValidatorConfig{Enable: true}))
 	rt.Start(t)
-	var logs strings.Builder
+	// Both launches' stderr copiers write here.
+	logs := &lockedBuilder{}
 	launch := func() *exec.Cmd {
 		cmd := exec.Command(bin, "--socket-path", rt.Socket, "--cdi-spec-dir", node.SpecDir, "--nvml", "sim:a100-80gb*2",
 			"--metrics-addr", "", "--log-format", "text")
-		cmd.Stderr = &logs
+		cmd.Stderr = logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -133,4 +135,21 @@ func TestHungAndKilledFailClosed(t *testing.T) {
 	}
 	launch()
 	t.Logf("killed: GPU pods pass again %s after the restart (process start, inventory, registration)", untilGPU("after restart").Round(time.Millisecond))
+}
+
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
