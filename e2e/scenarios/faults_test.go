@@ -3,6 +3,7 @@ package scenarios
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -106,8 +107,8 @@ func (f *faults) name(kind string) string {
 
 // outcome waits until pod name runs or kubelet reports CreateContainerError
 // and says which; a GPU pod that runs must see exactly the selected GPU
-// and have passed nvinject's check.
-func (f *faults) outcome(name string, gpu bool, injectedBefore float64) (string, string, time.Duration) {
+// and have gone through nvinject-nri (its annotation on the container).
+func (f *faults) outcome(name string, gpu bool) (string, string, time.Duration) {
 	f.t.Helper()
 	t0 := time.Now()
 	p := waitPod(f.t, f.ctx, name, 2*time.Minute, "Running or CreateContainerError", func(p *corev1.Pod) bool { return running(p) || createError(p) })
@@ -117,8 +118,8 @@ func (f *faults) outcome(name string, gpu bool, injectedBefore float64) (string,
 			if got := containerGPUs(f.t, f.ctx, name); !slices.Equal(got, []string{dep.UUID}) {
 				f.t.Errorf("GPU pod %s sees %v, want %s", name, got, dep.UUID)
 			}
-			if after := f.injections(); after <= injectedBefore {
-				f.t.Errorf("GPU pod %s runs but nvinject-nri's injections stayed at %v: it started unchecked", name, after)
+			if got := f.checkedUUIDs(p); got != dep.UUID {
+				f.t.Errorf("GPU pod %s runs with %s=%q, want %s: it started without nvinject-nri's check", name, contract.GPUUUIDsAnnotation, got, dep.UUID)
 			}
 		}
 		return "Running", "", took
@@ -127,14 +128,30 @@ func (f *faults) outcome(name string, gpu bool, injectedBefore float64) (string,
 	return "CreateContainerError", msg, took
 }
 
-// injections reads nvinject-nri's checked-GPU-container counter, 0 while
-// the plugin does not answer.
-func (f *faults) injections() float64 {
-	m, err := f.d.Metrics(f.ctx, simnode.NRIPlugin)
-	if err != nil {
-		return 0
+// checkedUUIDs reads, through the CRI, the annotation nvinject-nri puts on
+// each GPU container it adjusted (and so validated in the same call).
+func (f *faults) checkedUUIDs(p *corev1.Pod) string {
+	f.t.Helper()
+	if len(p.Status.ContainerStatuses) == 0 {
+		return ""
 	}
-	return metricValue(m, contract.MetricNRIInjections)
+	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+	out, err := exec.CommandContext(f.ctx, filepath.Join(os.Getenv("NVINJECT_TOOLS_BIN"), "crictl"),
+		"--runtime-endpoint", "unix://"+f.d.Node().ContainerdSocket(), "inspect", id).Output()
+	if err != nil {
+		f.t.Fatalf("crictl inspect %s: %v", id, err)
+	}
+	var info struct {
+		Info struct {
+			RuntimeSpec struct {
+				Annotations map[string]string `json:"annotations"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		f.t.Fatalf("crictl inspect %s: %v", id, err)
+	}
+	return info.Info.RuntimeSpec.Annotations[contract.GPUUUIDsAnnotation]
 }
 
 // freshGPUPod creates GPU pods until one runs (each failure deleted, so the
@@ -143,9 +160,8 @@ func (f *faults) freshGPUPod(since time.Time) time.Duration {
 	f.t.Helper()
 	for {
 		name := f.name("gpu")
-		before := f.injections()
 		createPod(f.t, f.ctx, name, gpuPod)
-		got, msg, _ := f.outcome(name, true, before)
+		got, msg, _ := f.outcome(name, true)
 		if got == "Running" {
 			d := time.Since(since)
 			deletePod(f.t, name)
@@ -162,12 +178,11 @@ func (f *faults) freshGPUPod(since time.Time) time.Duration {
 func (f *faults) pair() (gpu, nonGPU, kubelet string) {
 	f.t.Helper()
 	g, n := f.name("gpu"), f.name("plain")
-	before := f.injections()
 	createPod(f.t, f.ctx, g, gpuPod)
-	gpuOut, gpuMsg, _ := f.outcome(g, true, before)
+	gpuOut, gpuMsg, _ := f.outcome(g, true)
 	deletePod(f.t, g)
 	createPod(f.t, f.ctx, n, podSpec{})
-	plainOut, plainMsg, took := f.outcome(n, false, 0)
+	plainOut, plainMsg, took := f.outcome(n, false)
 	deletePod(f.t, n)
 	return gpuOut, fmt.Sprintf("%s (%s)", plainOut, took.Round(100*time.Millisecond)), firstNonEmpty(gpuMsg, plainMsg)
 }
@@ -223,7 +238,7 @@ func (f *faults) hung() faultRow {
 	deletePod(f.t, n)
 	g := f.name("gpu")
 	createPod(f.t, f.ctx, g, gpuPod)
-	gpuOut, gpuMsg, _ := f.outcome(g, true, 0)
+	gpuOut, gpuMsg, _ := f.outcome(g, true)
 	deletePod(f.t, g)
 	resume()
 	end := time.Now()
