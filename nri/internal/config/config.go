@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Config is the parsed command line.
@@ -35,8 +37,8 @@ type Config struct {
 
 // Defaults for the repeatable flags, used when a flag is not given at all.
 var (
-	DefaultSpecDirs = []string{"/etc/cdi", "/var/run/cdi"}
-	DefaultHandlers = []string{"nvidia"}
+	DefaultSpecDirs = contract.CDISpecDirs()
+	DefaultHandlers = []string{contract.RuntimeHandler}
 )
 
 var idxRE = regexp.MustCompile(`^[0-9]{2}$`)
@@ -64,15 +66,15 @@ func Parse(args []string, stderr io.Writer) (Config, error) {
 	dirs := &list{vals: DefaultSpecDirs}
 	handlers := &list{vals: DefaultHandlers}
 	fs.StringVar(&c.SocketPath, "socket-path", "/var/run/nri/nri.sock", "NRI socket of the runtime")
-	fs.StringVar(&c.PluginName, "plugin-name", "nvinject", "NRI plugin name")
-	fs.StringVar(&c.PluginIdx, "plugin-idx", "10", "NRI plugin index (two digits; lower runs earlier)")
+	fs.StringVar(&c.PluginName, "plugin-name", contract.NRIPluginName, "NRI plugin name")
+	fs.StringVar(&c.PluginIdx, "plugin-idx", contract.NRIPluginIndex, "NRI plugin index (two digits; lower runs earlier)")
 	fs.Var(dirs, "cdi-spec-dir", "CDI spec directory (repeatable; default /etc/cdi and /var/run/cdi)")
 	fs.Var(handlers, "runtime-handler", "runtime handler (RuntimeClass handler) whose pods get GPUs (repeatable; default nvidia)")
-	fs.StringVar(&c.CDIVendor, "cdi-vendor", "nvidia.com", "CDI vendor of nvinject's GPU devices")
-	fs.StringVar(&c.CDIClass, "cdi-class", "gpu", "CDI class of nvinject's GPU devices")
-	fs.StringVar(&c.AnnotationPrefix, "annotation-prefix", "nvinject.gpu", `the device plugin's name in its cdi.k8s.io/<prefix>_<device-id> annotations ("" takes every cdi.k8s.io/ annotation)`)
+	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of nvinject's GPU devices")
+	fs.StringVar(&c.CDIClass, "cdi-class", contract.CDIClass, "CDI class of nvinject's GPU devices")
+	fs.StringVar(&c.AnnotationPrefix, "annotation-prefix", contract.AnnotationPrefix, `the device plugin's name in its cdi.k8s.io/<prefix>_<device-id> annotations ("" takes every cdi.k8s.io/ annotation)`)
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", "", "kubelet PodResources socket; when set, each container's UUIDs must match kubelet's assignment")
-	fs.StringVar(&c.ResourceName, "resource-name", "nvidia.com/gpu", "extended resource compared with kubelet's PodResources")
+	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource compared with kubelet's PodResources")
 	fs.StringVar(&c.NVML, "nvml", "", `GPU inventory read once at start for the UUID-to-minor check: "real", "sim:a100-80gb[*N]", or empty to trust the CDI specs`)
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the driver's files are, for --nvml=real")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9482", "address serving /metrics, /healthz and /readyz (empty disables)")
