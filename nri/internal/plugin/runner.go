@@ -65,7 +65,7 @@ func (r *Runner) Ready() error {
 
 // minRetry is the first pause after a failed attempt: a socket that was just
 // created may not listen yet.
-const minRetry = 10 * time.Millisecond
+const minRetry = time.Millisecond
 
 // Run connects and reconnects until ctx ends. It fails only on a
 // configuration error that no retry can fix.
