@@ -182,3 +182,27 @@ func TestDisconnectedPlugin(t *testing.T) {
 		t.Errorf("refusal came from nvinject although it is disconnected: %v", err)
 	}
 }
+
+// TestReconnectsWhenTheSocketReappears: after a long outage the backoff
+// alone would next try seconds later (1ms doubling up to the retry
+// interval); the watch on the socket's directory reconnects at once.
+func TestReconnectsWhenTheSocketReappears(t *testing.T) {
+	if testing.Short() {
+		t.Skip("keeps the runtime down for 5s")
+	}
+	e := start(t, envOpts{runnerOpts: []plugin.RunnerOption{plugin.WithRetryInterval(time.Minute)}})
+	waitFor(t, func() bool { return e.runner.Ready() == nil })
+	e.rt.Stop()
+	waitFor(t, func() bool { return e.runner.Ready() != nil })
+	// Attempts so far at about 1, 3, 7, ... 4095ms; the next at 8191ms.
+	time.Sleep(5 * time.Second)
+	t0 := time.Now()
+	e.rt.Start(t)
+	e.rt.WaitSynced(t)
+	waitFor(t, func() bool { return e.runner.Ready() == nil })
+	if took := time.Since(t0); took > time.Second {
+		t.Errorf("reconnected %s after the runtime came back; the socket watch should make it immediate", took)
+	} else {
+		t.Logf("reconnected %s after the runtime came back", took.Round(time.Millisecond))
+	}
+}

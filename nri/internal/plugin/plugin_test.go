@@ -48,6 +48,7 @@ type envOpts struct {
 	// runtimeOpts configure the NRI runtime, handlerOpts the handler.
 	runtimeOpts []adaptation.Option
 	handlerOpts []plugin.Option
+	runnerOpts  []plugin.RunnerOption
 }
 
 func shortDir(t testing.TB) string {
@@ -100,7 +101,7 @@ func start(t *testing.T, o envOpts) *env {
 	}
 	h := plugin.NewHandler(col, res, append(opts, o.handlerOpts...)...)
 	e.handler = h
-	e.runner = plugin.NewRunner(h, "nvinject", "10", e.rt.Socket, plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m), plugin.WithRetryInterval(50*time.Millisecond))
+	e.runner = plugin.NewRunner(h, "nvinject", "10", e.rt.Socket, append([]plugin.RunnerOption{plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m), plugin.WithRetryInterval(50 * time.Millisecond)}, o.runnerOpts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer close(e.stopped)
