@@ -21,6 +21,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/nri/internal/simfault"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/httpserve"
@@ -62,7 +63,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	res, err := resolve.New(cfg.CDISpecDirs)
+	res, err := resolve.New(cfg.CDISpecDirs, resolve.WithLogger(log))
 	if err != nil {
 		return err
 	}
@@ -74,6 +75,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	opts := []plugin.Option{
 		plugin.WithLogger(log), plugin.WithMetrics(m), plugin.WithRuntimeHandlers(cfg.RuntimeHandlers...),
 		plugin.WithKind(cfg.CDIVendor, cfg.CDIClass), plugin.WithResourceName(cfg.ResourceName),
+		plugin.WithRequestDeadline(cfg.RequestDeadline),
 	}
 	if cfg.NVML != "" {
 		inv, err := inventory(ctx, cfg)
@@ -95,11 +97,19 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	runner := plugin.NewRunner(h, cfg.PluginName, cfg.PluginIdx, cfg.SocketPath, plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m))
 
 	srv := httpserve.New(cfg.MetricsAddr, reg, httpserve.WithReady(runner.Ready), httpserve.WithLogger(log))
+	if cfg.Simulated() {
+		h.SetSimDelay(cfg.SimDelay)
+		for p, hd := range simfault.Routes(h, runner) {
+			srv.Handle(p, hd)
+		}
+		log.Warn("SIMULATION: fault injection endpoints enabled", "endpoints", "/debug/sim/delay, /debug/sim/disconnect", "sim_delay", cfg.SimDelay.String())
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Run(ctx) }()
 	log.Info("starting", "version", version.Version, "revision", version.Rev(), "socket", cfg.SocketPath, "plugin", cfg.PluginIdx+"-"+cfg.PluginName,
 		"cdi_spec_dirs", cfg.CDISpecDirs, "runtime_handlers", cfg.RuntimeHandlers, "pod_resources", cfg.PodResourcesSocket,
-		"cdi_kind", cfg.CDIVendor+"/"+cfg.CDIClass, "cdi_annotation_prefix", cfg.AnnotationPrefix, "resource_name", cfg.ResourceName)
+		"cdi_kind", cfg.CDIVendor+"/"+cfg.CDIClass, "cdi_annotation_prefix", cfg.AnnotationPrefix, "resource_name", cfg.ResourceName,
+		"request_deadline", cfg.RequestDeadline.String())
 	if err := runner.Run(ctx); err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 func TestContainer(t *testing.T) {
@@ -24,12 +26,12 @@ func TestContainer(t *testing.T) {
 		{name: "all sources, deduplicated in order",
 			cri: []string{"nvidia.com/gpu=GPU-a"},
 			ann: map[string]string{
-				"cdi.k8s.io/nvinject.gpu_2": "nvidia.com/gpu=GPU-b, nvidia.com/gpu=GPU-a",
+				"cdi.k8s.io/nvinject.gpu_2": "nvidia.com/gpu=GPU-b,nvidia.com/gpu=GPU-a",
 				"cdi.k8s.io/nvinject.gpu_1": "example.com/nic=n0",
 				"nvinject.io/cdi-devices":   "nvidia.com/gpu=GPU-c",
 			},
 			want: []string{"nvidia.com/gpu=GPU-a", "example.com/nic=n0", "nvidia.com/gpu=GPU-b", "nvidia.com/gpu=GPU-c"}},
-		{name: "empty entry in CDI annotation", ann: map[string]string{"cdi.k8s.io/nvinject.gpu_x": "nvidia.com/gpu=GPU-a,,"}, wantErr: "empty CDI device name"},
+		{name: "empty entry in CDI annotation", ann: map[string]string{"cdi.k8s.io/nvinject.gpu_x": "nvidia.com/gpu=GPU-a,,"}, wantErr: "cdi.k8s.io/nvinject.gpu_x"},
 		{name: "unqualified name in CDI annotation", ann: map[string]string{"cdi.k8s.io/nvinject.gpu_x": "GPU-a"}, wantErr: `"GPU-a"`},
 		{name: "unqualified CRI name", cri: []string{"gpu0"}, wantErr: `"gpu0"`},
 		{name: "bad nvinject annotation", ann: map[string]string{"nvinject.io/cdi-devices": ""}, wantErr: "nvinject.io/cdi-devices"},
@@ -77,6 +79,29 @@ func TestAnnotationPrefix(t *testing.T) {
 	}
 	if _, err := New(WithAnnotationPrefix("a/b")); err == nil {
 		t.Fatal("a prefix with '/' was accepted")
+	}
+}
+
+// TestBoundedErrors: a 1 MiB annotation value (any pod can set one) gives
+// an error of bounded length that still names the annotation.
+func TestBoundedErrors(t *testing.T) {
+	c, _ := New()
+	huge := strings.Repeat("x", 1<<20)
+	for key, val := range map[string]string{
+		"cdi.k8s.io/nvinject.gpu_0": huge,
+		"nvinject.io/cdi-devices":   huge,
+	} {
+		_, err := c.Container(&api.Container{Name: "main", Annotations: map[string]string{key: val}})
+		if err == nil {
+			t.Errorf("%s: 1 MiB value accepted", key)
+			continue
+		}
+		if n := len(err.Error()); n > contract.MaxError+64 {
+			t.Errorf("%s: error is %d bytes", key, n)
+		}
+		if !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "more bytes") {
+			t.Errorf("%s: error %.300q does not name the key and count the cut", key, err)
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
+	"time"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
@@ -33,6 +35,8 @@ type Config struct {
 	MetricsAddr        string
 	LogFormat          string
 	LogLevel           string
+	RequestDeadline    time.Duration
+	SimDelay           time.Duration
 }
 
 var idxRE = regexp.MustCompile(`^[0-9]{2}$`)
@@ -60,6 +64,8 @@ func Parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	fs.StringVar(&c.NVML, "nvml", "", `GPU inventory read once at start for the UUID-to-minor check: "real", "sim:a100-80gb[*N]", or empty to trust the CDI specs`)
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the driver's files are, for --nvml=real")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.NRIMetricsPort), "address serving /metrics, /healthz and /readyz (empty disables)")
+	fs.DurationVar(&c.RequestDeadline, "request-deadline", time.Second, "refuse a container whose CreateContainer or validation takes longer; keep it well below containerd's plugin_request_timeout (2s), past which containerd skips the plugin")
+	fs.DurationVar(&c.SimDelay, "sim-delay", 0, "SIMULATION ONLY (needs --nvml=sim:...): make every CreateContainer of a served runtime handler's pod wait this long first, to play a slow plugin")
 	logFlags.Register(fs, logging.JSON)
 	cmd.Deprecated("annotation-prefix", "cdi-annotation-prefix")
 	if err := cmd.Parse(args, getenv); err != nil {
@@ -88,6 +94,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("--cdi-spec-dir must name at least one directory, e.g. %s", contract.CDISpecDir)
 	case len(c.RuntimeHandlers) == 0:
 		return fmt.Errorf("--runtime-handler must name at least one handler, e.g. %s; the default runtime is not a GPU runtime", contract.RuntimeHandler)
+	case c.RequestDeadline <= 0:
+		return fmt.Errorf("--request-deadline=%s must be positive, e.g. 1s (below containerd's plugin_request_timeout)", c.RequestDeadline)
+	case c.SimDelay < 0:
+		return fmt.Errorf("--sim-delay=%s must not be negative", c.SimDelay)
+	case c.SimDelay > 0 && !c.Simulated():
+		return fmt.Errorf("--sim-delay is SIMULATION ONLY and needs --nvml=sim:...; remove it on a real node")
 	}
 	if err := parser.ValidateVendorName(c.CDIVendor); err != nil {
 		return fmt.Errorf("--cdi-vendor=%q: %w", c.CDIVendor, err)
@@ -97,3 +109,7 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// Simulated reports whether the GPUs are simulated (--nvml=sim:...), which
+// enables the SIMULATION-only fault injection.
+func (c Config) Simulated() bool { return strings.HasPrefix(c.NVML, "sim:") }

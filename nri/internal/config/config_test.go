@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -45,6 +46,17 @@ func TestListsEnvAndAliases(t *testing.T) {
 	}
 }
 
+func TestDeadlineAndSimDelay(t *testing.T) {
+	c, err := parse(nil, nil)
+	if err != nil || c.RequestDeadline != time.Second || c.SimDelay != 0 {
+		t.Fatalf("defaults: %+v, %v", c, err)
+	}
+	c, err = parse([]string{"--nvml=sim:a100-80gb", "--sim-delay=3s", "--request-deadline=500ms"}, nil)
+	if err != nil || c.SimDelay != 3*time.Second || c.RequestDeadline != 500*time.Millisecond || !c.Simulated() {
+		t.Fatalf("got %+v, %v", c, err)
+	}
+}
+
 func TestInvalid(t *testing.T) {
 	for _, args := range [][]string{
 		{"--plugin-idx", "5"},
@@ -54,6 +66,10 @@ func TestInvalid(t *testing.T) {
 		{"--cdi-class", "-x"},
 		{"extra"},
 		{"--no-such-flag"},
+		{"--request-deadline", "0s"},
+		{"--sim-delay", "3s"},
+		{"--sim-delay", "3s", "--nvml", "real"},
+		{"--sim-delay", "-1s", "--nvml", "sim:a100-80gb"},
 	} {
 		_, err := parse(args, nil)
 		var ue cli.UsageError

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Metrics are registered on one registry.
@@ -20,20 +22,20 @@ type Metrics struct {
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		injections: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nvinject_nri_injections_total", Help: "Containers given GPUs after passing the UUID check.",
+			Name: contract.MetricNRIInjections, Help: "GPU containers that passed the UUID check of the final container.",
 		}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nvinject_nri_refusals_total", Help: "Container creations refused, by reason.",
+			Name: contract.MetricNRIRefusals, Help: "Container creations refused, by reason.",
 		}, []string{"reason"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "nvinject_nri_create_container_seconds", Help: "CreateContainer handler latency.",
+			Name: contract.MetricNRICreate, Help: "CreateContainer handler latency.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nvinject_nri_connected", Help: "1 while registered with the runtime's NRI.",
+			Name: contract.MetricNRIConnected, Help: "1 while registered with the runtime's NRI.",
 		}),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "nvinject_nri_running_gpu_containers", Help: "GPU containers found at the last Synchronize, by check result.",
+			Name: contract.MetricNRIRunningGPUs, Help: "GPU containers found at the last Synchronize, by check result.",
 		}, []string{"check"}),
 	}
 	reg.MustRegister(m.injections, m.refusals, m.latency, m.connected, m.running)

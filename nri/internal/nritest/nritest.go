@@ -130,12 +130,23 @@ type Runtime struct {
 	synced chan struct{}
 	r      *adaptation.Adaptation
 	proxy  *proxy
+	opts   []adaptation.Option
 }
 
 // NewRuntime returns a runtime that will listen on socket and report pods
-// and ctrs as existing when a plugin synchronizes.
-func NewRuntime(socket string, pods []*api.PodSandbox, ctrs []*api.Container) *Runtime {
-	return &Runtime{Socket: socket, pods: pods, ctrs: ctrs}
+// and ctrs as existing when a plugin synchronizes. opts are added to the
+// adaptation's, e.g. adaptation.WithDefaultValidator as containerd's
+// default_validator table sets it.
+func NewRuntime(socket string, pods []*api.PodSandbox, ctrs []*api.Container, opts ...adaptation.Option) *Runtime {
+	return &Runtime{Socket: socket, pods: pods, ctrs: ctrs, opts: opts}
+}
+
+// RequestTimeout sets the runtime's plugin request timeout (containerd's
+// plugin_request_timeout) for the rest of t, which must not run in
+// parallel: the NRI library keeps it in a global.
+func RequestTimeout(t testing.TB, d time.Duration) {
+	adaptation.SetPluginRequestTimeout(d)
+	t.Cleanup(func() { adaptation.SetPluginRequestTimeout(adaptation.DefaultPluginRequestTimeout) })
 }
 
 // Start starts listening; Stop is registered as cleanup.
@@ -155,10 +166,10 @@ func (rt *Runtime) Start(t testing.TB) {
 	}
 	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
 	inner := rt.Socket + ".rt"
-	r, err := adaptation.New("containerd", "v2.2.9", syncFn, update,
+	r, err := adaptation.New("containerd", "v2.2.9", syncFn, update, append([]adaptation.Option{
 		adaptation.WithSocketPath(inner),
 		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
-		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d"))}, rt.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

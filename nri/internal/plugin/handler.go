@@ -1,5 +1,7 @@
 // Package plugin is the NRI plugin: the CreateContainer and Synchronize
-// handlers (handler.go) and the connection to the runtime (runner.go).
+// handlers (handler.go), the check of the final container
+// (validate.go), the internal deadline (deadline.go) and the connection to
+// the runtime (runner.go).
 package plugin
 
 import (
@@ -10,21 +12,28 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/convert"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // UUIDsKey is the container annotation recording the injected GPU UUIDs.
-const UUIDsKey = "nvinject.io/gpu-uuids"
+const UUIDsKey = contract.GPUUUIDsAnnotation
+
+// DefaultRequestDeadline is how long one request may take before the plugin
+// refuses the container itself: well inside containerd's default
+// plugin_request_timeout (2s), after which the runtime would skip the plugin.
+const DefaultRequestDeadline = time.Second
 
 // Resolver resolves CDI names to edits.
 type Resolver interface {
@@ -44,6 +53,7 @@ const (
 	ReasonUnresolvable = "unresolvable"
 	ReasonSpec         = "spec-error"
 	ReasonKubeletDown  = "podresources-unavailable"
+	ReasonDeadline     = "deadline"
 )
 
 // RefusalError is a refused container creation; Reason labels the metric.
@@ -52,7 +62,9 @@ type RefusalError struct {
 	Err    error
 }
 
-func (e *RefusalError) Error() string { return "nvinject: " + e.Err.Error() }
+func (e *RefusalError) Error() string {
+	return contract.Bound(fmt.Errorf("nvinject: %w", e.Err)).Error()
+}
 func (e *RefusalError) Unwrap() error { return e.Err }
 
 func refuse(reason string, err error) error { return &RefusalError{Reason: reason, Err: err} }
@@ -69,6 +81,10 @@ type Handler struct {
 	class     string
 	resource  string
 	inventory map[string]int64
+	deadline  time.Duration
+	simDelay  atomic.Int64
+	// inflight counts requests still running after their deadline refused them.
+	inflight sync.WaitGroup
 }
 
 // Option configures a Handler.
@@ -105,11 +121,17 @@ func WithResourceName(r string) Option { return func(h *Handler) { h.resource = 
 // WithInventory sets the node's UUID→minor map discovered at start.
 func WithInventory(m map[string]int64) Option { return func(h *Handler) { h.inventory = m } }
 
+// WithRequestDeadline sets how long CreateContainer and the validation may
+// take before the plugin refuses the container (default
+// DefaultRequestDeadline). Keep it well below the runtime's
+// plugin_request_timeout: a plugin that overruns that is skipped.
+func WithRequestDeadline(d time.Duration) Option { return func(h *Handler) { h.deadline = d } }
+
 // NewHandler returns a Handler.
 func NewHandler(c *collect.Collector, r Resolver, opts ...Option) *Handler {
 	h := &Handler{
-		log: slog.Default(), collector: c, resolver: r,
-		handlers: map[string]bool{"nvidia": true}, vendor: "nvidia.com", class: "gpu", resource: "nvidia.com/gpu",
+		log: slog.Default(), collector: c, resolver: r, deadline: DefaultRequestDeadline,
+		handlers: map[string]bool{contract.RuntimeHandler: true}, vendor: contract.CDIVendor, class: contract.CDIClass, resource: contract.ResourceName,
 	}
 	for _, o := range opts {
 		o(h)
@@ -124,29 +146,42 @@ type outcome struct {
 	uuids []string
 }
 
-// CreateContainer applies the container's GPU edits, or refuses it.
+// CreateContainer applies the container's GPU edits, or refuses it. The
+// UUID check of the container as it will run is ValidateContainerAdjustment.
 func (h *Handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
-	out, err := h.create(ctx, pod, ctr)
+	out, err := within(ctx, h, "CreateContainer", func(ctx context.Context) (outcome, error) {
+		if h.handlers[pod.GetRuntimeHandler()] {
+			h.simulateDelay(ctx)
+		}
+		if ctx.Err() != nil {
+			return outcome{}, refuse(ReasonDeadline, fmt.Errorf("simulated delay %s: %w", h.SimDelay(), ctx.Err()))
+		}
+		return h.create(ctx, pod, ctr)
+	})
 	if h.metrics != nil {
 		h.metrics.Observe(time.Since(start))
 	}
-	attrs := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "runtimeHandler", pod.GetRuntimeHandler()}
 	if err != nil {
-		reason := reasonOf(err)
-		if h.metrics != nil {
-			h.metrics.Refused(reason)
-		}
-		h.log.Warn("refused container", append(attrs, "reason", reason, "error", err.Error())...)
+		h.refused(pod, ctr, err)
 		return nil, nil, err
 	}
 	if len(out.uuids) > 0 {
-		if h.metrics != nil {
-			h.metrics.Injected()
-		}
-		h.log.Info("injected GPUs", append(attrs, "uuids", out.uuids, "cdiDevices", out.names)...)
+		h.log.Debug("adjusting GPU container; the check of the final container follows", append(h.attrs(pod, ctr), "uuids", out.uuids)...)
 	}
 	return out.adj, nil, nil
+}
+
+func (h *Handler) attrs(pod *api.PodSandbox, ctr *api.Container) []any {
+	return []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "runtime_handler", pod.GetRuntimeHandler()}
+}
+
+func (h *Handler) refused(pod *api.PodSandbox, ctr *api.Container, err error) {
+	reason := reasonOf(err)
+	if h.metrics != nil {
+		h.metrics.Refused(reason)
+	}
+	h.log.Warn("refused container", append(h.attrs(pod, ctr), "reason", reason, "error", err.Error())...)
 }
 
 func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (outcome, error) {
@@ -156,17 +191,15 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 	}
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
 	if !h.handlers[pod.GetRuntimeHandler()] {
-		ours := slices.DeleteFunc(slices.Concat(names, h.collector.AnyCDI(ctr)), func(n string) bool { return !collect.Kind(n, h.vendor, h.class) })
-		ours = slices.Compact(slices.Sorted(slices.Values(ours)))
-		if len(ours) > 0 {
+		if ours := h.ours(slices.Concat(names, h.collector.AnyCDI(ctr))); len(ours) > 0 {
 			return outcome{}, refuse(ReasonRuntimeClass, fmt.Errorf("%s requests %s but runs with runtime handler %q; set runtimeClassName: %s in the pod spec",
-				who, strings.Join(ours, ", "), pod.GetRuntimeHandler(), h.servedHint()))
+				who, contract.List(ours), pod.GetRuntimeHandler(), h.servedHint()))
 		}
 		return outcome{}, nil
 	}
 	if spoofed := h.podLevel(pod, names); len(spoofed) > 0 {
 		return outcome{}, refuse(ReasonPodLevel, fmt.Errorf("%s: pod-level annotations name GPUs %s that were not allocated to the container; remove them from the pod (GPUs are requested with resources.limits %s)",
-			who, strings.Join(spoofed, ", "), h.resource))
+			who, contract.List(spoofed), h.resource))
 	}
 
 	var res resolve.Result
@@ -177,6 +210,8 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		switch {
 		case errors.As(err, &unres):
 			return outcome{}, refuse(ReasonUnresolvable, fmt.Errorf("%s: %w", who, err))
+		case ctx.Err() != nil:
+			return outcome{}, refuse(ReasonDeadline, fmt.Errorf("%s: %w", who, ctx.Err()))
 		case err != nil:
 			return outcome{}, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
 		}
@@ -188,16 +223,10 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 	if err != nil {
 		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
+	// An early check of what nvinject itself hands out, for a clear
+	// refusal; kubelet and the other plugins' adjustments are checked in
+	// ValidateContainerAdjustment.
 	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
-	// Only GPU containers ask kubelet: a container without GPUs has nothing
-	// to compare, and the check above already refuses any GPU node in it.
-	if h.kubelet != nil && len(gpus) > 0 {
-		ids, err := h.kubelet.DeviceIDs(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), h.resource)
-		if err != nil {
-			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
-		}
-		in.Kubelet = kubeletUUIDs(ids, res)
-	}
 	if err := verify.Check(in); err != nil {
 		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
@@ -232,13 +261,13 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 			h.log.Warn("running container fails the GPU check", append(attrs, "error", err.Error())...)
 		case len(uuids) > 0:
 			pass++
-			h.log.Info("running GPU container passes the check", append(attrs, "uuids", uuids)...)
+			h.log.Info("running GPU container passes the check", append(attrs, "uuids", contract.List(uuids))...)
 		}
 	}
 	if h.metrics != nil {
 		h.metrics.Running(pass, fail)
 	}
-	h.log.Info("synchronized with runtime", "containers", len(ctrs), "gpuContainersPassing", pass, "gpuContainersFailing", fail)
+	h.log.Info("synchronized with runtime", "containers", len(ctrs), "gpu_containers_passing", pass, "gpu_containers_failing", fail)
 	return nil, nil
 }
 
@@ -262,9 +291,15 @@ func (h *Handler) check(ctr *api.Container) ([]string, error) {
 	return verify.UUIDs(gpus), verify.Check(in)
 }
 
+// ours returns the sorted distinct names of nvinject's CDI kind.
+func (h *Handler) ours(names []string) []string {
+	ours := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !contract.IsKind(n, h.vendor, h.class) })
+	return slices.Compact(slices.Sorted(slices.Values(ours)))
+}
+
 func (h *Handler) servedHint() string {
-	if h.handlers["nvidia"] || len(h.handlers) == 0 {
-		return "nvidia"
+	if h.handlers[contract.RuntimeHandler] || len(h.handlers) == 0 {
+		return contract.RuntimeHandler
 	}
 	return strings.Join(slices.Sorted(maps.Keys(h.handlers)), " or ")
 }
@@ -317,12 +352,12 @@ func allocated(res resolve.Result) ([]verify.GPU, error) {
 func kubeletUUIDs(ids []string, res resolve.Result) []string {
 	byIndex := map[string]string{}
 	for _, d := range res.Devices {
-		idx, ok := d.Annotations[spec.AnnotationIndex]
+		idx, ok := d.Annotations[contract.GPUIndexAnnotation]
 		if !ok {
 			continue
 		}
 		for _, e := range d.Edits.Env {
-			if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, spec.EnvUUIDPrefix) {
+			if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, contract.EnvUUIDPrefix) {
 				byIndex[idx] = v
 			}
 		}

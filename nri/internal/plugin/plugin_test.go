@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,7 @@ type env struct {
 	rt      *nritest.Runtime
 	reg     *prometheus.Registry
 	runner  *plugin.Runner
+	handler *plugin.Handler
 	stopped chan struct{}
 }
 
@@ -43,6 +45,10 @@ type envOpts struct {
 	pods     []*api.PodSandbox
 	ctrs     []*api.Container
 	extraDir func(dir string)
+	// runtimeOpts configure the NRI runtime, handlerOpts the handler.
+	runtimeOpts []adaptation.Option
+	handlerOpts []plugin.Option
+	runnerOpts  []plugin.RunnerOption
 }
 
 func shortDir(t testing.TB) string {
@@ -67,7 +73,7 @@ func start(t *testing.T, o envOpts) *env {
 		o.extraDir(node.SpecDir)
 	}
 	e := &env{node: node, reg: prometheus.NewRegistry(), stopped: make(chan struct{})}
-	e.rt = nritest.NewRuntime(filepath.Join(shortDir(t), "nri.sock"), o.pods, o.ctrs)
+	e.rt = nritest.NewRuntime(filepath.Join(shortDir(t), "nri.sock"), o.pods, o.ctrs, o.runtimeOpts...)
 	e.rt.Start(t)
 
 	col, err := collect.New()
@@ -93,8 +99,9 @@ func start(t *testing.T, o envOpts) *env {
 		t.Cleanup(func() { pr.Close() })
 		opts = append(opts, plugin.WithKubelet(pr))
 	}
-	h := plugin.NewHandler(col, res, opts...)
-	e.runner = plugin.NewRunner(h, "nvinject", "10", e.rt.Socket, plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m), plugin.WithRetryInterval(50*time.Millisecond))
+	h := plugin.NewHandler(col, res, append(opts, o.handlerOpts...)...)
+	e.handler = h
+	e.runner = plugin.NewRunner(h, "nvinject", "10", e.rt.Socket, append([]plugin.RunnerOption{plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m), plugin.WithRetryInterval(50 * time.Millisecond)}, o.runnerOpts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer close(e.stopped)

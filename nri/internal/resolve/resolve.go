@@ -1,23 +1,87 @@
 // Package resolve turns qualified CDI device names into the OCI edits they
-// stand for, using the CDI library's cache of the spec directories.
+// stand for, exactly as containerd's CDI support applies them (the CDI
+// library's own edits, merged and applied the way its cache does).
+//
+// Spec changes never stall a lookup: the spec files are parsed one by one
+// into a snapshot that Resolve reads without a lock. A watch on the spec
+// directories collects the changed files for a short debounce, parses only
+// those again, builds the next snapshot off the hot path and swaps it in.
 package resolve
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/fsnotify/fsnotify"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// Resolver resolves CDI names against a set of spec directories. The cache
-// watches the directories (auto-refresh), so resolving never scans them.
+// DefaultDebounce is how long a reload collects file events after the first
+// one, so that a burst of writes costs one snapshot. A change shows in
+// Resolve within about this long plus parsing the changed files.
+const DefaultDebounce = 20 * time.Millisecond
+
+// Resolver resolves CDI names against a set of spec directories.
 type Resolver struct {
-	cache *cdi.Cache
-	dirs  []string
+	dirs     []string
+	debounce time.Duration
+	log      *slog.Logger
+	current  atomic.Pointer[snapshot]
+	reloads  atomic.Int64
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	// files is owned by the watch goroutine after New.
+	files map[string]file
 }
+
+// file is one spec file as last read.
+type file struct {
+	priority int
+	stamp    stamp
+	spec     *cdi.Spec
+	err      error
+}
+
+// stamp identifies a file's content without reading it.
+type stamp struct {
+	size    int64
+	modTime time.Time
+	ino     uint64
+}
+
+// snapshot is the spec directories as read at one moment.
+type snapshot struct {
+	devices map[string]*cdi.Device
+	errors  []string
+}
+
+// Option configures a Resolver.
+type Option func(*Resolver)
+
+// WithDebounce sets how long a reload collects file events (default
+// DefaultDebounce).
+func WithDebounce(d time.Duration) Option { return func(r *Resolver) { r.debounce = d } }
+
+// WithLogger sets where watch failures are reported.
+func WithLogger(l *slog.Logger) Option { return func(r *Resolver) { r.log = l } }
 
 // UnresolvableError lists the names no spec in Dirs defines.
 type UnresolvableError struct {
@@ -28,41 +92,209 @@ type UnresolvableError struct {
 }
 
 func (e *UnresolvableError) Error() string {
-	msg := fmt.Sprintf("unresolvable CDI devices %s (searched %s)", strings.Join(e.Names, ", "), strings.Join(e.Dirs, ", "))
+	msg := fmt.Sprintf("unresolvable CDI devices %s (searched %s)", contract.List(e.Names), strings.Join(e.Dirs, ", "))
 	if len(e.SpecErrors) > 0 {
-		msg += "; spec files with errors: " + strings.Join(e.SpecErrors, "; ")
+		msg += fmt.Sprintf("; %d spec file errors, the first: %s", len(e.SpecErrors), contract.Quote(e.SpecErrors[0]))
 	}
-	return msg + "; check that the device plugin's CDI spec for them is in one of these directories"
+	return contract.Bound(errors.New(msg + "; check that the device plugin's CDI spec for them is in one of these directories")).Error()
 }
 
-// New opens a cache over dirs. Spec files that fail to load are reported by
-// SpecErrors and do not affect the other files.
-func New(dirs []string) (*Resolver, error) {
+// New reads dirs and watches them until Close. Spec files that fail to load
+// are reported by SpecErrors and do not affect the other files.
+func New(dirs []string, opts ...Option) (*Resolver, error) {
 	if len(dirs) == 0 {
 		return nil, errors.New("no CDI spec directories configured; set --cdi-spec-dir")
 	}
-	c, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(true))
-	if err != nil {
-		return nil, fmt.Errorf("open CDI cache over %s: %w", strings.Join(dirs, ", "), err)
+	r := &Resolver{dirs: slices.Clone(dirs), debounce: DefaultDebounce, log: slog.Default(), files: map[string]file{}}
+	for i, d := range r.dirs {
+		r.dirs[i] = filepath.Clean(d)
 	}
-	return &Resolver{cache: c, dirs: dirs}, nil
+	for _, o := range opts {
+		o(r)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("watch CDI spec directories %s: %w", strings.Join(dirs, ", "), err)
+	}
+	r.watch(w)
+	r.rescan()
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer w.Close()
+		r.run(ctx, w)
+	}()
+	return r, nil
 }
 
-// Close stops watching the spec directories.
+// Close stops watching the spec directories and waits for a running reload.
 func (r *Resolver) Close() error {
-	return r.cache.Configure(cdi.WithAutoRefresh(false))
+	r.cancel()
+	r.wg.Wait()
+	return nil
 }
 
-// SpecErrors describes the spec files (and directories) that failed to load.
-func (r *Resolver) SpecErrors() []string {
-	var out []string
-	for path, errs := range r.cache.GetErrors() {
-		for _, e := range errs {
-			out = append(out, fmt.Sprintf("%s: %v", path, e))
+// watch adds each spec dir, or for a dir not there yet its nearest existing
+// parent, so the dir's creation is seen too. Adding a dir twice is harmless.
+func (r *Resolver) watch(w *fsnotify.Watcher) {
+	for _, d := range r.dirs {
+		for p := d; ; p = filepath.Dir(p) {
+			if err := w.Add(p); err == nil || p == filepath.Dir(p) {
+				break
+			}
 		}
 	}
-	return out
 }
+
+func (r *Resolver) run(ctx context.Context, w *fsnotify.Watcher) {
+	var timer <-chan time.Time
+	changed := map[string]bool{}
+	all := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			switch {
+			case slices.ContainsFunc(r.dirs, func(d string) bool { return d == ev.Name || strings.HasPrefix(d, ev.Name+"/") }):
+				// A spec dir, or a dir above one, appeared or went away.
+				r.watch(w)
+				all = true
+			case slices.Contains(r.dirs, filepath.Dir(ev.Name)):
+				changed[ev.Name] = true
+			default:
+				continue
+			}
+			if timer == nil {
+				timer = time.After(r.debounce)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			// An overflow loses events: read everything again.
+			r.log.Warn("CDI spec directory watch error; rereading the spec directories", "error", err.Error())
+			all = true
+			if timer == nil {
+				timer = time.After(r.debounce)
+			}
+		case <-timer:
+			timer = nil
+			if all {
+				r.rescan()
+			} else {
+				for p := range changed {
+					r.reread(p, true)
+					// Parsing is the one costly step; let the hot path
+					// run between files.
+					runtime.Gosched()
+				}
+				r.publish()
+			}
+			clear(changed)
+			all = false
+			r.reloads.Add(1)
+		}
+	}
+}
+
+// isSpec reports whether the CDI library would read the file at path.
+func isSpec(path string) bool {
+	ext := filepath.Ext(path)
+	return ext == ".json" || ext == ".yaml"
+}
+
+// rescan lists every spec dir, rereads the files that changed and publishes.
+func (r *Resolver) rescan() {
+	seen := map[string]bool{}
+	for _, d := range r.dirs {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			p := filepath.Join(d, e.Name())
+			if !e.IsDir() && isSpec(p) {
+				seen[p] = true
+				r.reread(p, false)
+			}
+		}
+	}
+	for p := range r.files {
+		if !seen[p] {
+			delete(r.files, p)
+		}
+	}
+	r.publish()
+}
+
+// reread reads path again, unless force is false and its stamp is
+// unchanged (a rescan without an event for it); a file that is gone, not a
+// spec file, or a directory is dropped.
+func (r *Resolver) reread(path string, force bool) {
+	prio := slices.Index(r.dirs, filepath.Dir(path))
+	fi, err := os.Stat(path)
+	if prio < 0 || !isSpec(path) || errors.Is(err, fs.ErrNotExist) || (err == nil && fi.IsDir()) {
+		delete(r.files, path)
+		return
+	}
+	var st stamp
+	if err == nil {
+		st = stampOf(fi)
+		if old, ok := r.files[path]; ok && !force && old.stamp == st && old.priority == prio {
+			return
+		}
+	}
+	s, err := cdi.ReadSpec(path, prio)
+	if errors.Is(err, fs.ErrNotExist) {
+		delete(r.files, path)
+		return
+	}
+	r.files[path] = file{priority: prio, stamp: st, spec: s, err: err}
+}
+
+// publish builds a snapshot from the files read, resolving a device
+// defined twice as the CDI library's cache does (a later spec dir wins; two
+// files of one dir defining it are a conflict and neither counts), and
+// swaps it in.
+func (r *Resolver) publish() {
+	paths := slices.SortedFunc(maps.Keys(r.files), func(a, b string) int {
+		return cmp.Or(cmp.Compare(r.files[a].priority, r.files[b].priority), cmp.Compare(a, b))
+	})
+	s := &snapshot{devices: map[string]*cdi.Device{}}
+	conflicts := map[string]bool{}
+	for _, p := range paths {
+		f := r.files[p]
+		if f.err != nil {
+			s.errors = append(s.errors, contract.Bound(fmt.Errorf("%s: failed to load CDI Spec %w", p, f.err)).Error())
+			continue
+		}
+		for _, raw := range f.spec.Devices {
+			d := f.spec.GetDevice(raw.Name)
+			name := parser.QualifiedName(f.spec.GetVendor(), f.spec.GetClass(), raw.Name)
+			if old, ok := s.devices[name]; ok && old.GetSpec().GetPriority() == f.priority {
+				conflicts[name] = true
+				s.errors = append(s.errors, contract.Bound(fmt.Errorf("%s: conflicting device %q (specs %q, %q)", p, name, p, old.GetSpec().GetPath())).Error())
+			}
+			s.devices[name] = d
+		}
+	}
+	for name := range conflicts {
+		delete(s.devices, name)
+	}
+	r.current.Store(s)
+}
+
+// Reloads counts the snapshots published after the first.
+func (r *Resolver) Reloads() int64 { return r.reloads.Load() }
+
+// SpecErrors describes the spec files that failed to load.
+func (r *Resolver) SpecErrors() []string { return slices.Clone(r.current.Load().errors) }
 
 // Device is one resolved device, its own (not its spec's common) edits and
 // its CDI annotations.
@@ -83,21 +315,31 @@ type Result struct {
 // Resolve resolves names; user is the container's process user, which CDI
 // gives device nodes that state no owner.
 func (r *Resolver) Resolve(names []string, user oci.User) (Result, error) {
-	scratch := &oci.Spec{Process: &oci.Process{User: user}, Linux: &oci.Linux{}}
-	unresolved, err := r.cache.InjectDevices(scratch, names...)
-	if len(unresolved) > 0 {
-		return Result{}, &UnresolvableError{Names: unresolved, Dirs: r.dirs, SpecErrors: r.SpecErrors()}
-	}
-	if err != nil {
-		return Result{}, fmt.Errorf("apply CDI edits of %s: %w; fix the spec file that defines them", strings.Join(names, ", "), err)
-	}
-	res := Result{Spec: scratch, Devices: make([]Device, 0, len(names))}
+	s := r.current.Load()
+	res := Result{Spec: &oci.Spec{Process: &oci.Process{User: user}, Linux: &oci.Linux{}}, Devices: make([]Device, 0, len(names))}
+	// The CDI cache's InjectDevices: each spec's common edits once, before
+	// its first device's, all merged, then applied.
+	edits := &cdi.ContainerEdits{}
+	seen := map[*cdi.Spec]bool{}
+	var unresolved []string
 	for _, n := range names {
-		d := r.cache.GetDevice(n)
+		d := s.devices[n]
 		if d == nil {
-			return Result{}, &UnresolvableError{Names: []string{n}, Dirs: r.dirs, SpecErrors: r.SpecErrors()}
+			unresolved = append(unresolved, n)
+			continue
 		}
+		if sp := d.GetSpec(); !seen[sp] {
+			seen[sp] = true
+			edits.Append(&cdi.ContainerEdits{ContainerEdits: &sp.ContainerEdits})
+		}
+		edits.Append(&cdi.ContainerEdits{ContainerEdits: &d.ContainerEdits})
 		res.Devices = append(res.Devices, Device{Name: n, Edits: d.ContainerEdits, Annotations: d.Annotations})
+	}
+	if len(unresolved) > 0 {
+		return Result{}, &UnresolvableError{Names: unresolved, Dirs: r.dirs, SpecErrors: s.errors}
+	}
+	if err := edits.Apply(res.Spec); err != nil {
+		return Result{}, contract.Bound(fmt.Errorf("apply CDI edits of %s: %w; fix the spec file that defines them", contract.List(names), err))
 	}
 	return res, nil
 }

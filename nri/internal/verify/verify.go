@@ -10,13 +10,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
 // EnvUUIDPrefix is the variable prefix nvinject's CDI specs use to name the
 // UUID behind each GPU node: NVINJECT_GPU_UUID_<minor>=<uuid>.
-const EnvUUIDPrefix = spec.EnvUUIDPrefix
+const EnvUUIDPrefix = contract.EnvUUIDPrefix
 
 // Reason classifies a mismatch for metrics and logs.
 type Reason string
@@ -40,7 +40,7 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("GPU check failed (%s): %s: expected [%s], found [%s]", e.Reason, e.What, strings.Join(e.Expected, " "), strings.Join(e.Found, " "))
+	return contract.Bound(fmt.Errorf("GPU check failed (%s): %s: expected %s, found %s", e.Reason, e.What, contract.List(e.Expected), contract.List(e.Found))).Error()
 }
 
 // GPU is one allocated GPU: its UUID and the minor of its /dev/nvidiaN.

@@ -1,0 +1,181 @@
+package plugin_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nvinject/nvinject/nri/internal/collect"
+	"github.com/nvinject/nvinject/nri/internal/metrics"
+	"github.com/nvinject/nvinject/nri/internal/nritest"
+	"github.com/nvinject/nvinject/nri/internal/plugin"
+	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// noop is the anchor plugin: it answers CreateContainer with a fixed
+// adjustment from memory and accepts every validation.
+type noop struct{ adj *api.ContainerAdjustment }
+
+func (n noop) CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	return n.adj, nil, nil
+}
+
+func (noop) ValidateContainerAdjustment(context.Context, *api.ValidateContainerAdjustmentRequest) error {
+	return nil
+}
+
+func benchHandler(b *testing.B, node nritest.Node) *plugin.Handler {
+	b.Helper()
+	res, err := resolve.New([]string{node.SpecDir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { res.Close() })
+	col, _ := collect.New()
+	return plugin.NewHandler(col, res, plugin.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		plugin.WithMetrics(metrics.New(prometheus.NewRegistry())))
+}
+
+func runRunner(b *testing.B, r *plugin.Runner) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+}
+
+var anchorRoundTrip [2]time.Duration // p50, p99
+
+// BenchmarkNRIRoundTrip measures one container's CreateContainer and
+// validation through NRI v0.11.0's real runtime side (pkg/adaptation, as
+// containerd 2.2 embeds it) over a real socket, with nvinject-nri as the
+// one plugin. Its anchor, in the same run, is the same round trip with a
+// no-op plugin that returns the same adjustment from memory and accepts
+// every validation: the ratio is what nvinject's own work costs.
+func BenchmarkNRIRoundTrip(b *testing.B) {
+	node := nritest.NewNode(b, "sim:a100-80gb*8", true)
+	h := benchHandler(b, node)
+	pod := nritest.Pod("p", contract.RuntimeHandler, nil)
+	ctr := nritest.Container("c", "p", "main", nritest.BaseSpec(), map[string]string{contract.DevicesAnnotation: node.Name(0)})
+	adj, _, err := h.CreateContainer(context.Background(), pod, proto.Clone(ctr).(*api.Container))
+	if err != nil {
+		b.Fatal(err)
+	}
+	measure := func(b *testing.B, rt *nritest.Runtime) [2]time.Duration {
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for range b.N {
+			c := proto.Clone(ctr).(*api.Container)
+			t0 := time.Now()
+			got, err := rt.Create(context.Background(), pod, c)
+			lat = append(lat, time.Since(t0))
+			if err != nil || len(got.GetLinux().GetDevices()) == 0 {
+				b.Fatalf("CreateContainer: %v", err)
+			}
+		}
+		b.StopTimer()
+		slices.Sort(lat)
+		p := [2]time.Duration{lat[len(lat)/2], lat[len(lat)*99/100]}
+		b.ReportMetric(float64(p[0].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(p[1].Microseconds()), "p99-µs")
+		return p
+	}
+	b.Run("anchor-noop-plugin", func(b *testing.B) {
+		rt := nritest.NewRuntime(filepath.Join(shortDir(b), "nri.sock"), nil, nil)
+		rt.Start(b)
+		s, err := stub.New(noop{adj}, stub.WithPluginName("noop"), stub.WithPluginIdx("10"), stub.WithSocketPath(rt.Socket))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		defer s.Stop()
+		rt.WaitSynced(b)
+		anchorRoundTrip = measure(b, rt)
+	})
+	b.Run("nvinject", func(b *testing.B) {
+		rt := nritest.NewRuntime(filepath.Join(shortDir(b), "nri.sock"), nil, nil)
+		rt.Start(b)
+		runRunner(b, plugin.NewRunner(h, contract.NRIPluginName, "10", rt.Socket, plugin.WithRunnerLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))))
+		rt.WaitSynced(b)
+		p := measure(b, rt)
+		if anchorRoundTrip[0] > 0 {
+			b.ReportMetric(float64(p[0])/float64(anchorRoundTrip[0]), "p50/anchor")
+			b.ReportMetric(float64(p[1])/float64(anchorRoundTrip[1]), "p99/anchor")
+		}
+	})
+}
+
+var anchorReconnect time.Duration
+
+// BenchmarkReconnect measures how long nvinject-nri takes to be registered
+// again after the runtime restarts (the socket goes away and comes back):
+// from just before the runtime starts until the plugin is synchronized.
+// Its anchor, in the same run, is a plugin that connects the moment the
+// runtime's Start returns (the floor: the runtime's own start-up and the
+// registration). Before the socket watch, the plugin retried once a second.
+func BenchmarkReconnect(b *testing.B) {
+	node := nritest.NewNode(b, "sim:a100-80gb", false)
+	h := benchHandler(b, node)
+	median := func(b *testing.B, lat []time.Duration) time.Duration {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+		return lat[len(lat)/2]
+	}
+	b.Run("anchor-connect-after-start", func(b *testing.B) {
+		rt := nritest.NewRuntime(filepath.Join(shortDir(b), "nri.sock"), nil, nil)
+		var lat []time.Duration
+		for range b.N {
+			t0 := time.Now()
+			rt.Start(b)
+			s, err := stub.New(noop{}, stub.WithPluginName("noop"), stub.WithPluginIdx("10"), stub.WithSocketPath(rt.Socket))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Start(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			rt.WaitSynced(b)
+			lat = append(lat, time.Since(t0))
+			s.Stop()
+			rt.Stop()
+		}
+		anchorReconnect = median(b, lat)
+	})
+	b.Run("nvinject", func(b *testing.B) {
+		rt := nritest.NewRuntime(filepath.Join(shortDir(b), "nri.sock"), nil, nil)
+		rt.Start(b)
+		r := plugin.NewRunner(h, contract.NRIPluginName, "10", rt.Socket, plugin.WithRunnerLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		runRunner(b, r)
+		rt.WaitSynced(b)
+		var lat []time.Duration
+		for range b.N {
+			rt.Stop()
+			for r.Ready() == nil {
+				time.Sleep(100 * time.Microsecond)
+			}
+			t0 := time.Now()
+			rt.Start(b)
+			rt.WaitSynced(b)
+			for r.Ready() != nil {
+				time.Sleep(100 * time.Microsecond)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		if p50 := median(b, lat); anchorReconnect > 0 {
+			b.ReportMetric(float64(p50)/float64(anchorReconnect), "p50/anchor")
+		}
+	})
+}
