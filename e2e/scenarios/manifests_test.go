@@ -63,4 +63,15 @@ metadata:
 	if out, err := d.Kube().Kubectl(ctx, pod(override), "apply", "--dry-run=server", "-f", "-"); err == nil {
 		t.Fatalf("a container-scoped override of the required plugins was admitted:\n%s", out)
 	}
+	// A GPU request without the RuntimeClass needs the annotation too: while
+	// nvinject-nri is down, containerd's own CDI would start it unchecked.
+	gpuNoRC := strings.Replace(strings.Replace(pod(""), "  runtimeClassName: nvidia\n", "", 1),
+		`command: ["true"]`, "command: [\"true\"]\n    resources: {limits: {nvidia.com/gpu: 1}}", 1)
+	if out, err := d.Kube().Kubectl(ctx, gpuNoRC, "apply", "--dry-run=server", "-f", "-"); err == nil || !strings.Contains(out, "nvinject-require-nri-plugin") {
+		t.Fatalf("a GPU pod without RuntimeClass nvidia or the annotation was not denied: %v\n%s", err, out)
+	}
+	plain := strings.Replace(pod(""), "  runtimeClassName: nvidia\n", "", 1)
+	if out, err := d.Kube().Kubectl(ctx, plain, "apply", "--dry-run=server", "-f", "-"); err != nil {
+		t.Fatalf("a pod without GPU or RuntimeClass was denied: %v\n%s", err, out)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/nvinject/nvinject/e2e/simnode"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 const ns = "default"
@@ -21,7 +22,7 @@ const ns = "default"
 // podSpec says how a test pod differs from a plain busybox pod.
 type podSpec struct {
 	gpu          bool // limits nvidia.com/gpu: 1
-	runtimeClass bool // runtimeClassName: nvidia, with the required-plugins annotation
+	runtimeClass bool // runtimeClassName: nvidia
 	annotations  map[string]string
 }
 
@@ -51,9 +52,12 @@ func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
 		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{simnode.Resource: resource.MustParse("1")}
 	}
 	if s.runtimeClass {
-		rc := "nvidia"
+		rc := contract.RuntimeHandler
 		pod.Spec.RuntimeClassName = &rc
-		ann[simnode.RequiredPluginsAnnotation] = `["nvinject"]`
+	}
+	// The admission policy requires the annotation on nvidia pods and on GPU pods.
+	if s.runtimeClass || s.gpu {
+		ann[simnode.RequiredPluginsAnnotation] = `["` + contract.NRIPluginName + `"]`
 	}
 	if _, err := d.Kube().Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
