@@ -56,12 +56,13 @@ import "C"
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"unsafe"
+
+	"github.com/nvinject/nvinject/shared/cli"
 )
 
 // Libraries are what a CUDA program and NVML users load, in that order: the driver API
@@ -101,13 +102,12 @@ type Report struct {
 }
 
 func main() {
-	asJSON := flag.Bool("json", false, "print one JSON object instead of one line per item")
-	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: gpu-probe [--json]\n\n"+
-			"dlopens %s, calls cuDriverGetVersion, cuInit(0) and nvmlInit_v2.\n"+
-			"Exit 0 when every library loaded, 1 when one did not.\n", strings.Join(Libraries, ", "))
+	c := cli.New("gpu-probe", "[--json]", cli.WithAbout(fmt.Sprintf("dlopens %s, calls cuDriverGetVersion, cuInit(0) and nvmlInit_v2.\n"+
+		"Exit 0 when every library loaded, 1 when one did not.", strings.Join(Libraries, ", "))))
+	asJSON := c.Flags().Bool("json", false, "print one JSON object instead of one line per item")
+	if err := c.Parse(os.Args[1:], nil); err != nil {
+		os.Exit(cli.Code("gpu-probe", err, os.Stderr))
 	}
-	flag.Parse()
 	r := probe()
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)

@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/nvinject/nvinject/e2e/localnode"
 	"github.com/nvinject/nvinject/e2e/simnode"
+
+	"github.com/nvinject/nvinject/shared/cli"
 )
 
 type config struct {
@@ -29,20 +30,24 @@ type config struct {
 
 func main() {
 	var c config
+	cmd := cli.New("nvinject-demo", "[flags]", cli.WithAbout("make demo: a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed the way an operator would, the vLLM stand-in, and the seed's evidence with the commands that produced it (root)."))
+	flag := cmd.Flags()
 	flag.StringVar(&c.repo, "repo", ".", "nvinject checkout")
 	flag.StringVar(&c.bin, "bin", "bin", "nvinject programs (`make build`)")
-	flag.StringVar(&c.tools, "tools-bin", os.Getenv("NVINJECT_TOOLS_BIN"), "pinned node programs (`make tools`)")
+	flag.StringVar(&c.tools, "tools-bin", "", "pinned node programs (`make tools`; default $NVINJECT_TOOLS_BIN)")
 	flag.StringVar(&c.runDir, "run-dir", "/tmp/nvinject-demo", "the node's run dir (keep it short: unix socket paths)")
-	flag.BoolVar(&c.keep, "keep", os.Getenv("KEEP") == "1", "leave the node up (KEEP=1)")
-	flag.StringVar(&c.layout, "driver-layout", os.Getenv("DRIVER_LAYOUT"), "driver root on the node: flat (default) or debian for NVIDIA's REAL user space (make driver-root), simulated for the placeholder root (DRIVER_LAYOUT)")
-	flag.Parse()
+	flag.BoolVar(&c.keep, "keep", false, "leave the node up (KEEP=1)")
+	flag.StringVar(&c.layout, "driver-layout", "", "driver root on the node: flat (default) or debian for NVIDIA's REAL user space (make driver-root), simulated for the placeholder root (DRIVER_LAYOUT)")
+	cmd.Env("tools-bin", "NVINJECT_TOOLS_BIN")
+	cmd.Env("driver-layout", "DRIVER_LAYOUT")
+	cmd.Env("keep", "KEEP")
+	if err := cmd.Parse(os.Args[1:], os.Getenv); err != nil {
+		os.Exit(cli.Code("nvinject-demo", err, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c, os.Stdout)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nvinject-demo:", err)
-		os.Exit(1)
-	}
+	os.Exit(cli.Code("nvinject-demo", err, os.Stderr))
 }
 
 // phases records how long each step took.

@@ -9,9 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +18,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // GPU is one GPU as the stand-in sees it.
@@ -36,14 +37,23 @@ type server struct {
 }
 
 func main() {
+	c := cli.New("vllm-standin", "[flags]", cli.WithAbout("A SIMULATED vLLM server for the local node: it runs no inference, it reports the GPU it found through nvidia-smi."))
+	flag := c.Flags()
 	addr := flag.String("addr", ":8000", "listen address")
 	model := flag.String("model", "Qwen/Qwen2.5-0.5B-Instruct", "model name to report")
 	smi := flag.String("nvidia-smi", "nvidia-smi", "nvidia-smi to query")
-	flag.Parse()
-	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	var logFlags logging.Flags
+	logFlags.Register(flag, logging.JSON)
+	if err := c.Parse(os.Args[1:], nil); err != nil {
+		os.Exit(cli.Code("vllm-standin", err, os.Stderr))
+	}
+	log, err := logFlags.Logger(os.Stdout)
+	if err != nil {
+		os.Exit(cli.Code("vllm-standin", cli.UsageError{Err: err}, os.Stderr))
+	}
 	gpus, err := probe(*smi)
 	if err != nil {
-		log.Error("CUDA initialization failed (vLLM stand-in, SIMULATED)", "err", err)
+		log.Error("CUDA initialization failed (vLLM stand-in, SIMULATED)", logging.Err(err))
 		os.Exit(1)
 	}
 	s := &server{model: *model, gpus: gpus, env: uuidEnv(os.Environ())}
