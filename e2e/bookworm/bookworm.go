@@ -8,15 +8,13 @@
 package bookworm
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
+
+	"github.com/nvinject/nvinject/e2e/internal/cachebuild"
 )
 
 //go:embed build.sh
@@ -24,34 +22,15 @@ var script []byte
 
 // ErrUnavailable is matched (errors.Is) by Rootfs's error when Debian's archive cannot
 // be reached and no rootfs is cached.
-var ErrUnavailable = errors.New("bookworm rootfs unavailable: Debian's archive cannot be reached")
-
-const exitUnavailable = 3
+var ErrUnavailable = cachebuild.ErrUnavailable
 
 // Rootfs returns the path of the bookworm rootfs tar, building it the first time (about
 // two minutes; instant once cached).
 func Rootfs(ctx context.Context) (string, error) {
-	dir, err := os.MkdirTemp("", "nvinject-bookworm-")
+	tarball, err := cachebuild.Run(ctx, script, "build the bookworm rootfs (e2e/bookworm/build.sh)", nil)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "build.sh")
-	if err := os.WriteFile(path, script, 0o755); err != nil {
-		return "", err
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", path)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit) && exit.ExitCode() == exitUnavailable:
-		return "", fmt.Errorf("%w: %s", ErrUnavailable, tail(stderr.String(), 3))
-	case err != nil:
-		return "", fmt.Errorf("build the bookworm rootfs (e2e/bookworm/build.sh): %w: %s", err, tail(stderr.String(), 8))
-	}
-	tarball := strings.TrimSpace(tail(stdout.String(), 1))
 	if _, err := os.Stat(tarball); err != nil {
 		return "", fmt.Errorf("e2e/bookworm/build.sh printed %q: %w", tarball, err)
 	}
@@ -80,12 +59,4 @@ func Unpack(ctx context.Context, rootfs, dir string, trees ...string) error {
 		return fmt.Errorf("ldconfig in %s: %w: %s", dir, err, out)
 	}
 	return nil
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

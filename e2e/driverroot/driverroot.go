@@ -9,16 +9,14 @@
 package driverroot
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
+
+	"github.com/nvinject/nvinject/e2e/internal/cachebuild"
 )
 
 // The layouts build.sh makes.
@@ -46,10 +44,7 @@ func Layouts() []string { return []string{Flat, Debian} }
 
 // ErrUnavailable is matched (errors.Is) by Root's error when Debian's archive cannot be
 // reached and the packages are not cached yet.
-var ErrUnavailable = errors.New("real NVIDIA driver root unavailable: Debian's archive cannot be reached")
-
-// exitUnavailable is build.sh's exit status for an unreachable archive.
-const exitUnavailable = 3
+var ErrUnavailable = cachebuild.ErrUnavailable
 
 //go:embed build.sh
 var script []byte
@@ -65,33 +60,10 @@ func RootWithLog(ctx context.Context, layout string, log io.Writer) (string, err
 	if layout != Flat && layout != Debian {
 		return "", fmt.Errorf("driver root layout %q: want %q or %q", layout, Flat, Debian)
 	}
-	// The script is embedded so the package works from any directory; its cache key is
-	// the hash of its content, the same as when e2e/driverroot/build.sh runs directly.
-	dir, err := os.MkdirTemp("", "nvinject-driverroot-")
+	root, err := cachebuild.Run(ctx, script, "build the "+layout+" driver root (e2e/driverroot/build.sh)", log, "--layout", layout)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "build.sh")
-	if err := os.WriteFile(path, script, 0o755); err != nil {
-		return "", err
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", path, "--layout", layout)
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	if log != nil {
-		cmd.Stderr = io.MultiWriter(&stderr, log)
-	}
-	err = cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit) && exit.ExitCode() == exitUnavailable:
-		return "", fmt.Errorf("%w: %s", ErrUnavailable, lastLines(stderr.String(), 3))
-	case err != nil:
-		return "", fmt.Errorf("build the %s driver root (e2e/driverroot/build.sh): %w: %s", layout, err, lastLines(stderr.String(), 8))
-	}
-	root := lastLine(stdout.String())
 	if !filepath.IsAbs(root) {
 		return "", fmt.Errorf("e2e/driverroot/build.sh printed %q, not a path", root)
 	}
@@ -99,17 +71,4 @@ func RootWithLog(ctx context.Context, layout string, log io.Writer) (string, err
 		return "", fmt.Errorf("driver root %s has no manifest: %w", root, err)
 	}
 	return root, nil
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nvinject/nvinject/e2e/internal/cachebuild"
 )
 
 // Version is the nvidia-container-toolkit release build.sh builds.
@@ -54,23 +56,10 @@ var script []byte
 // Bin builds nvidia-ctk and nvidia-cdi-hook if they are not cached and returns the
 // directory holding both (a minute or so the first time, from the Go module proxy).
 func Bin(ctx context.Context) (string, error) {
-	dir, err := os.MkdirTemp("", "nvinject-nvctk-")
+	bin, err := cachebuild.Run(ctx, script, "build nvidia-ctk "+Version+" (e2e/nvctk/build.sh)", nil)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "build.sh")
-	if err := os.WriteFile(path, script, 0o755); err != nil {
-		return "", err
-	}
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", path)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build nvidia-ctk %s (e2e/nvctk/build.sh): %w: %s", Version, err, tail(stderr.String(), 8))
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	bin := strings.TrimSpace(lines[len(lines)-1])
 	for _, p := range []string{"nvidia-ctk", "nvidia-cdi-hook"} {
 		if _, err := os.Stat(filepath.Join(bin, p)); err != nil {
 			return "", fmt.Errorf("e2e/nvctk/build.sh printed %q: %w", bin, err)
@@ -98,10 +87,10 @@ func GenerateManagement(ctx context.Context, root, devRoot string, args ...strin
 	// The spec goes to stdout, the generator's log to stderr.
 	cmd.Stdout, cmd.Stderr = &spec, &log
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("nvidia-ctk %s: %w: %s", strings.Join(argv, " "), err, tail(log.String(), 10))
+		return nil, fmt.Errorf("nvidia-ctk %s: %w: %s", strings.Join(argv, " "), err, cachebuild.Tail(log.String(), 10))
 	}
 	if spec.Len() == 0 {
-		return nil, fmt.Errorf("nvidia-ctk %s printed no spec: %s", strings.Join(argv, " "), tail(log.String(), 10))
+		return nil, fmt.Errorf("nvidia-ctk %s printed no spec: %s", strings.Join(argv, " "), cachebuild.Tail(log.String(), 10))
 	}
 	return spec.Bytes(), nil
 }
@@ -148,12 +137,4 @@ func MakeDevRoot(dir string) error {
 func mkdev(major, minor uint32) uint64 {
 	ma, mi := uint64(major), uint64(minor)
 	return mi&0xff | (ma&0xfff)<<8 | (mi&^0xff)<<12 | (ma&^0xfff)<<32
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
