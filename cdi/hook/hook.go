@@ -1,7 +1,9 @@
 package hook
 
 import (
+	"bytes"
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Limits on what a hook reads.
@@ -112,10 +116,13 @@ const CompatConf = "/etc/ld.so.conf.d/00-nvinject-cuda-compat.conf"
 
 // EnableCUDACompat adds the image's CUDA forward compatibility libraries
 // (compatDir/libcuda.so.<version>, from the cuda-compat package) to the
-// loader's path when they are newer than the host's driver: their driver
-// major version is above hostDriver's. It reports whether it did.
+// loader's path when the host's driver should use them: when the library's
+// .note.cuda.fwd_compatibility ELF note lists hostDriver's branch and the
+// library is newer than hostDriver, or, without that note, when its major
+// version is above hostDriver's (nvidia-cdi-hook's rules). It reports
+// whether it did.
 func EnableCUDACompat(r *Root, hostDriver, compatDir string) (bool, error) {
-	host, ok := major(hostDriver)
+	host, ok := parseVersion(hostDriver)
 	if !ok {
 		return false, fmt.Errorf("--host-driver-version=%q is not a driver version such as 535.261.03", hostDriver)
 	}
@@ -126,23 +133,75 @@ func EnableCUDACompat(r *Root, hostDriver, compatDir string) (bool, error) {
 	var libs []string
 	for _, e := range ents {
 		if v, ok := strings.CutPrefix(e.Name(), "libcuda.so."); ok && strings.Contains(v, ".") && e.Type().IsRegular() {
-			libs = append(libs, v)
+			libs = append(libs, e.Name())
 		}
 	}
 	if len(libs) != 1 {
 		return false, nil
 	}
-	compat, ok := major(libs[0])
-	if !ok || compat <= host {
+	compat, ok := parseVersion(strings.TrimPrefix(libs[0], "libcuda.so."))
+	if !ok {
+		return false, nil
+	}
+	use := compat[0] > host[0]
+	if branches, found := compatBranches(r, path.Join(compatDir, libs[0])); found {
+		use = slices.Contains(branches, host[0]) && slices.Compare(compat, host) > 0
+	}
+	if !use {
 		return false, nil
 	}
 	return true, r.WriteFile(CompatConf, []byte(path.Clean(compatDir)+"\n"))
 }
 
-func major(v string) (int, bool) {
-	m, _, _ := strings.Cut(v, ".")
-	n, err := strconv.Atoi(m)
-	return n, err == nil && n > 0
+// compatBranches reads the host driver branches a CUDA compat libcuda
+// supports from its .note.cuda.fwd_compatibility ELF note (NVIDIA's JSON
+// {"Driver": [535, 550, ...]}); found is false without a readable note.
+func compatBranches(r *Root, p string) (branches []int, found bool) {
+	f, err := r.open(p, unix.O_RDONLY|unix.O_NOCTTY)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, false
+	}
+	defer ef.Close()
+	sec := ef.Section(".note.cuda.fwd_compatibility")
+	if sec == nil || sec.Type != elf.SHT_NOTE || sec.Size > 1<<16 {
+		return nil, false
+	}
+	data, err := sec.Data()
+	if err != nil || len(data) < 12 {
+		return nil, false
+	}
+	nameSize, descSize := ef.ByteOrder.Uint32(data[0:]), ef.ByteOrder.Uint32(data[4:])
+	align := func(n uint32) uint64 { return (uint64(n) + 3) &^ 3 }
+	start := 12 + align(nameSize)
+	if uint64(len(data)) < start+uint64(descSize) || !strings.HasPrefix(string(data[12:]), "NVIDIA Corporation") {
+		return nil, false
+	}
+	var note struct {
+		Driver []int `json:"Driver"`
+	}
+	if err := json.Unmarshal(bytes.Trim(data[start:start+uint64(descSize)], "\x00"), &note); err != nil {
+		return nil, false
+	}
+	return note.Driver, true
+}
+
+// parseVersion splits a driver version into its numbers (535.261.03 ->
+// [535 261 3]).
+func parseVersion(v string) ([]int, bool) {
+	var out []int
+	for f := range strings.SplitSeq(v, ".") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, false
+		}
+		out = append(out, n)
+	}
+	return out, len(out) >= 2 && out[0] > 0
 }
 
 // DriverConf is the ld.so.conf.d drop-in listing the driver's folders.

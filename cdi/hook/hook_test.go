@@ -2,6 +2,8 @@ package hook_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -277,4 +279,60 @@ func FuzzContainerRoot(f *testing.F) {
 			t.Fatalf("--link=%q parsed to %q -> %q", link, l, target)
 		}
 	})
+}
+
+// compatLib writes an ELF libcuda carrying NVIDIA's
+// .note.cuda.fwd_compatibility note that lists branches, made with objcopy
+// from a host library.
+func compatLib(t *testing.T, dst string, branches []int) {
+	t.Helper()
+	objcopy, err := exec.LookPath("objcopy")
+	libs, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
+	if err != nil || len(libs) == 0 {
+		t.Skip("needs objcopy and a host libz.so.1 to make an ELF with the CUDA compat note")
+	}
+	desc, err := json.Marshal(map[string]any{"Format": 1, "CUDA Version": "13.0", "Driver": branches})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := func(b []byte) []byte { return append(b, make([]byte, (4-len(b)%4)%4)...) }
+	name := []byte("NVIDIA Corporation\x00")
+	desc = append(desc, 0)
+	note := binary.LittleEndian.AppendUint32(nil, uint32(len(name)))
+	note = binary.LittleEndian.AppendUint32(note, uint32(len(desc)))
+	note = binary.LittleEndian.AppendUint32(note, 1)
+	note = append(append(note, pad(name)...), pad(desc)...)
+	notePath := filepath.Join(t.TempDir(), "note.bin")
+	if err := os.WriteFile(notePath, note, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(objcopy, "--add-section", ".note.cuda.fwd_compatibility="+notePath, libs[0], dst).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+}
+
+// With the ELF note, the branches it lists decide, not the major version.
+func TestEnableCUDACompatELFNote(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		branches []int
+		host     string
+		want     bool
+	}{
+		{"host branch listed", []int{535, 550}, "535.261.03", true},
+		{"host branch not listed", []int{550, 570}, "535.261.03", false},
+		{"listed but not newer", []int{580}, "580.95.05", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rootfs := t.TempDir()
+			compatLib(t, filepath.Join(rootfs, "usr/local/cuda/compat/libcuda.so.580.95.05"), tc.branches)
+			on, err := hook.EnableCUDACompat(openRoot(t, rootfs), tc.host, "/usr/local/cuda/compat")
+			if err != nil || on != tc.want {
+				t.Fatalf("EnableCUDACompat = %v, %v; want %v", on, err, tc.want)
+			}
+		})
+	}
 }

@@ -111,11 +111,6 @@ func WithNameStrategy(s NameStrategy) Option { return func(g *Generator) { g.nam
 // libraries. Empty (the default): no hooks; the links are bind mounts.
 func WithHookBinary(p string) Option { return func(g *Generator) { g.hookBinary = p } }
 
-// WithLDCacheHook is the old name of WithHookBinary.
-//
-// Deprecated: use WithHookBinary; the hook program now runs every hook.
-func WithLDCacheHook(p string) Option { return WithHookBinary(p) }
-
 // New returns a Generator.
 func New(opts ...Option) *Generator {
 	g := &Generator{vendor: DefaultVendor, class: DefaultClass, driverRoot: "/", names: NameUUID}

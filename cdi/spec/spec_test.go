@@ -297,6 +297,18 @@ func TestCLIDeterministicAcrossProcesses(t *testing.T) {
 	if out, err := exec.Command(bin, "validate", f).CombinedOutput(); err != nil {
 		t.Fatalf("validate: %v\n%s", err, out)
 	}
+
+	// driver= that the root does not hold: refused, naming both and why.
+	out, err := exec.Command(bin, "generate", "--nvml=sim:a100-80gb,driver=535.261.03", "--driver-root="+root, "--output=-").CombinedOutput()
+	want := "NVML reports 535.261.03 (SIMULATED, the driver= option of sim:a100-80gb,driver=535.261.03) but the driver root " + root + " holds " + sim.DriverVersion
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("mismatched driver=: err %v, output %s; want %q", err, out, want)
+	}
+	// The old --ldcache-hook still works, says it is deprecated, and runs every hook.
+	out, err = exec.Command(bin, "generate", "--nvml=sim:a100-80gb", "--driver-root="+root, "--ldcache-hook="+smi, "--output=-").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--ldcache-hook is deprecated") || !strings.Contains(string(out), "- "+spec.HookUpdateLDCache) || !strings.Contains(string(out), "- "+spec.HookCreateSymlinks) {
+		t.Errorf("--ldcache-hook: err %v, output %s", err, out)
+	}
 }
 
 func BenchmarkGenerate8GPUs(b *testing.B) {

@@ -32,7 +32,7 @@ path there with openat2(RESOLVE_IN_ROOT).
 Commands:
   create-symlinks --link TARGET::LINK ...     make symlinks in the container
   enable-cuda-compat --host-driver-version=V  use the image's CUDA forward
-                                              compatibility libraries when newer
+                                              compatibility libraries when V supports them
   update-ldcache --folder DIR ...             index DIR in the image's ld.so.cache
                                               (the host's ldconfig, run with -r)
   install DIR                                 copy this program to DIR/nvinject-cdi-hook
@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return hook.CreateSymlinks(r, links)
 		}
 	case "enable-cuda-compat":
-		host := fs.String("host-driver-version", "", "the host's driver version; the image's compat libraries are used when their major version is higher")
+		host := fs.String("host-driver-version", "", "the host's driver version; the image's compat libraries are used when their ELF note lists its branch and they are newer (without the note: a higher major version)")
 		fs.String("host-cuda-version", "", "accepted for nvidia-cdi-hook compatibility; the driver version decides")
 		dir := fs.String("cuda-compat-container-root", "/usr/local/cuda/compat", "where the image keeps its CUDA forward compatibility libraries")
 		work = func(r *hook.Root) error {

@@ -30,7 +30,7 @@ import (
 type Node struct {
 	gpu.Node
 	SpecDir string
-	// Hook is the ldcache hook path in the spec ("" for none).
+	// Hook is the hook program the spec's hooks run ("" for none).
 	Hook string
 }
 
@@ -48,7 +48,7 @@ func NewNode(t testing.TB, value string, withHook bool) Node {
 		if err := os.WriteFile(n.Hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		opts = append(opts, spec.WithLDCacheHook(n.Hook))
+		opts = append(opts, spec.WithHookBinary(n.Hook))
 	}
 	s, err := spec.New(opts...).Generate(node, node.Devices)
 	if err != nil {
