@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nvinject/nvinject/shared/cli"
@@ -99,7 +97,13 @@ func watchPlugin(ctx context.Context, dir, resource string, out io.Writer) error
 // watch prints ListAndWatch updates until ctx ends and allocates the first
 // Healthy device.
 func watch(ctx context.Context, client pluginapi.DevicePluginClient, logf func(string, ...any)) error {
-	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
+	// The stream ends when ctx does, but its context carries no deadline:
+	// gRPC would send it to the plugin, whose handler could then end the
+	// stream cleanly (EOF) a moment before ctx reports the deadline here.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	stream, err := client.ListAndWatch(sctx, &pluginapi.Empty{})
 	if err != nil {
 		return fmt.Errorf("ListAndWatch: %w", err)
 	}
@@ -107,8 +111,7 @@ func watch(ctx context.Context, client pluginapi.DevicePluginClient, logf func(s
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			// gRPC may see the deadline a moment before ctx reports it.
-			if ctx.Err() == nil && status.Code(err) != codes.DeadlineExceeded {
+			if ctx.Err() == nil {
 				return fmt.Errorf("ListAndWatch ended: %w", err)
 			}
 			break
