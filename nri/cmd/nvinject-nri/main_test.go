@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/nri/internal/nritest"
-	"github.com/nvinject/nvinject/shared/annotations"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // TestBinary runs the built nvinject-nri against the in-process NRI
@@ -55,7 +55,7 @@ func TestBinary(t *testing.T) {
 	rt.WaitSynced(t)
 
 	s := nritest.BaseSpec()
-	ctr := nritest.Container("c", "p", "main", s, map[string]string{annotations.DevicesKey: node.Name(1)})
+	ctr := nritest.Container("c", "p", "main", s, map[string]string{contract.DevicesAnnotation: node.Name(1)})
 	adj, err := rt.Create(context.Background(), nritest.Pod("p", "nvidia", nil), ctr)
 	if err != nil {
 		t.Fatalf("CreateContainer: %v\n%s", err, logs.String())

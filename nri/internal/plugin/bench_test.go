@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/nritest"
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
-	"github.com/nvinject/nvinject/shared/annotations"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // BenchmarkCreateContainer measures the CreateContainer handler with 200
@@ -81,7 +82,7 @@ func BenchmarkCreateContainer(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
 			pod := nritest.Pod("p", "nvidia", nil)
-			ctr := nritest.Container("c", "p", "main", nritest.BaseSpec(), map[string]string{annotations.DevicesKey: annotations.Format(names)})
+			ctr := nritest.Container("c", "p", "main", nritest.BaseSpec(), map[string]string{contract.DevicesAnnotation: strings.Join(names, ",")})
 			ctx := context.Background()
 			lat := make([]time.Duration, 0, b.N)
 			b.ReportAllocs()

@@ -26,7 +26,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
-	"github.com/nvinject/nvinject/shared/annotations"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // env is one plugin connected to one in-process NRI runtime.
@@ -173,10 +173,10 @@ func TestInjectsAllocatedGPUs(t *testing.T) {
 		containerdCDI bool
 	}{
 		{name: "1 GPU via nvinject annotation", gpus: []int{0},
-			ann: func() map[string]string { return map[string]string{annotations.DevicesKey: n.Name(0)} }},
+			ann: func() map[string]string { return map[string]string{contract.DevicesAnnotation: n.Name(0)} }},
 		{name: "2 GPUs via nvinject annotation", gpus: []int{2, 5},
 			ann: func() map[string]string {
-				return map[string]string{annotations.DevicesKey: annotations.Format([]string{n.Name(2), n.Name(5)})}
+				return map[string]string{contract.DevicesAnnotation: n.Name(2) + "," + n.Name(5)}
 			}},
 		{name: "2 GPUs via cdi.k8s.io annotation, containerd CDI not configured", gpus: []int{1, 3},
 			ann: func() map[string]string {
@@ -239,7 +239,7 @@ func TestAlreadyInjectedByContainerdIsNotDuplicated(t *testing.T) {
 	name := e.node.Name(4)
 	// containerd applied the cdi.k8s.io annotation; the nvinject annotation
 	// names the same device again.
-	ann := map[string]string{"cdi.k8s.io/nvinject.gpu_1": name, annotations.DevicesKey: name}
+	ann := map[string]string{"cdi.k8s.io/nvinject.gpu_1": name, contract.DevicesAnnotation: name}
 	s, adj, err := e.create(t, nritest.Pod("p", "nvidia", nil), ann, []string{name})
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func TestAlreadyInjectedByContainerdIsNotDuplicated(t *testing.T) {
 	}
 
 	// Without containerd's CDI the plugin adds the spec's hooks, once.
-	s, adj, err = e.create(t, nritest.Pod("q", "nvidia", nil), map[string]string{annotations.DevicesKey: name}, nil)
+	s, adj, err = e.create(t, nritest.Pod("q", "nvidia", nil), map[string]string{contract.DevicesAnnotation: name}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,25 +312,25 @@ func TestRefusals(t *testing.T) {
 			ann: map[string]string{"cdi.k8s.io/dp": n.Name(0)}, reason: plugin.ReasonRuntimeClass,
 			wantErr: []string{"runtimeClassName: nvidia", n.Name(0)}},
 		{name: "nvinject annotation outside the nvidia RuntimeClass", pod: nritest.Pod("b", "runc", nil),
-			ann: map[string]string{annotations.DevicesKey: n.Name(1)}, reason: plugin.ReasonRuntimeClass,
+			ann: map[string]string{contract.DevicesAnnotation: n.Name(1)}, reason: plugin.ReasonRuntimeClass,
 			wantErr: []string{"runtimeClassName: nvidia"}},
 		{name: "pod-level spoofed annotation", pod: nritest.Pod("c", "nvidia", map[string]string{"cdi.k8s.io/x": n.Name(2)}),
 			reason: plugin.ReasonPodLevel, wantErr: []string{"pod-level", n.Name(2)}},
-		{name: "pod-level nvinject annotation", pod: nritest.Pod("d", "nvidia", map[string]string{annotations.DevicesKey: n.Name(2)}),
-			ann: map[string]string{annotations.DevicesKey: n.Name(1)}, reason: plugin.ReasonPodLevel, wantErr: []string{n.Name(2)}},
+		{name: "pod-level nvinject annotation", pod: nritest.Pod("d", "nvidia", map[string]string{contract.DevicesAnnotation: n.Name(2)}),
+			ann: map[string]string{contract.DevicesAnnotation: n.Name(1)}, reason: plugin.ReasonPodLevel, wantErr: []string{n.Name(2)}},
 		{name: "unknown CDI name", pod: nritest.Pod("e", "nvidia", nil),
-			ann: map[string]string{annotations.DevicesKey: "nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000000"}, reason: plugin.ReasonUnresolvable,
+			ann: map[string]string{contract.DevicesAnnotation: "nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000000"}, reason: plugin.ReasonUnresolvable,
 			wantErr: []string{"unresolvable", "GPU-00000000-0000-0000-0000-000000000000", n.SpecDir, "broken.yaml"}},
 		{name: "malformed nvinject annotation", pod: nritest.Pod("f", "nvidia", nil),
-			ann: map[string]string{annotations.DevicesKey: "GPU-1"}, reason: plugin.ReasonBadRequest, wantErr: []string{annotations.DevicesKey}},
+			ann: map[string]string{contract.DevicesAnnotation: "GPU-1"}, reason: plugin.ReasonBadRequest, wantErr: []string{contract.DevicesAnnotation}},
 		{name: "foreign GPU node leaked in", pod: nritest.Pod("g", "nvidia", nil), mutate: leak,
-			ann: map[string]string{annotations.DevicesKey: n.Name(0)}, reason: "foreign-gpu",
+			ann: map[string]string{contract.DevicesAnnotation: n.Name(0)}, reason: "foreign-gpu",
 			wantErr: []string{"/dev/nvidia3", "expected [/dev/nvidia0]", "found [/dev/nvidia0 /dev/nvidia3]"}},
 		{name: "GPU node in an nvidia pod without a GPU request", pod: nritest.Pod("h", "nvidia", nil), mutate: leak,
 			reason: "foreign-gpu", wantErr: []string{"/dev/nvidia3"}},
 		{name: "UUID env disagrees with the node", pod: nritest.Pod("i", "nvidia", nil),
 			mutate: func(s *oci.Spec) { s.Process.Env = append(s.Process.Env, "NVINJECT_GPU_UUID_6="+n.Devices[6].UUID) },
-			ann:    map[string]string{annotations.DevicesKey: n.Name(0)}, reason: "env-mismatch", wantErr: []string{"NVINJECT_GPU_UUID_6"}},
+			ann:    map[string]string{contract.DevicesAnnotation: n.Name(0)}, reason: "env-mismatch", wantErr: []string{"NVINJECT_GPU_UUID_6"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := refusals(t, e.reg, tc.reason)
@@ -361,7 +361,7 @@ func TestMalformedSpecBesideGoodOne(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "badkind.json"), []byte(`{"cdiVersion":"0.6.0","kind":"nope","devices":[]}`), 0o644)
 		os.WriteFile(filepath.Join(dir, "other.yaml"), []byte("cdiVersion: 0.6.0\nkind: example.com/nic\ndevices:\n- name: n0\n  containerEdits:\n    env: [NIC=0]\n"), 0o644)
 	}})
-	s, _, err := e.create(t, nritest.Pod("p", "nvidia", nil), map[string]string{annotations.DevicesKey: e.node.Name(3) + ",example.com/nic=n0"}, nil)
+	s, _, err := e.create(t, nritest.Pod("p", "nvidia", nil), map[string]string{contract.DevicesAnnotation: e.node.Name(3) + ",example.com/nic=n0"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestPodResources(t *testing.T) {
 	// DEVICE_ID_STRATEGY=index: kubelet reports GPU indices, not UUIDs.
 	k.assigned = map[string][]string{"pod-ok": {e.node.Devices[1].UUID}, "pod-bad": {e.node.Devices[2].UUID},
 		"pod-index-ok": {"1"}, "pod-index-bad": {"2"}}
-	ann := map[string]string{annotations.DevicesKey: e.node.Name(1)}
+	ann := map[string]string{contract.DevicesAnnotation: e.node.Name(1)}
 	if _, _, err := e.create(t, nritest.Pod("ok", "nvidia", nil), ann, nil); err != nil {
 		t.Fatalf("kubelet agrees, yet refused: %v", err)
 	}
@@ -425,7 +425,7 @@ func TestPodResources(t *testing.T) {
 	}
 
 	down := start(t, envOpts{kubelet: filepath.Join(shortDir(t), "absent.sock")})
-	_, _, err = down.create(t, nritest.Pod("ok", "nvidia", nil), map[string]string{annotations.DevicesKey: down.node.Name(1)}, nil)
+	_, _, err = down.create(t, nritest.Pod("ok", "nvidia", nil), map[string]string{contract.DevicesAnnotation: down.node.Name(1)}, nil)
 	if err == nil || !strings.Contains(err.Error(), "absent.sock") {
 		t.Fatalf("kubelet unreachable: err = %v, want refusal naming the socket", err)
 	}
@@ -444,7 +444,7 @@ func TestReconnectsAfterRuntimeRestart(t *testing.T) {
 	e.rt.Start(t)
 	e.rt.WaitSynced(t)
 	waitFor(t, func() bool { return e.runner.Ready() == nil })
-	s, _, err := e.create(t, nritest.Pod("p", "nvidia", nil), map[string]string{annotations.DevicesKey: e.node.Name(6)}, nil)
+	s, _, err := e.create(t, nritest.Pod("p", "nvidia", nil), map[string]string{contract.DevicesAnnotation: e.node.Name(6)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
