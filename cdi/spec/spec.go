@@ -17,29 +17,12 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvinject/nvinject/cdi/driver"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
-// Defaults for the spec's kind.
-const (
-	DefaultVendor = "nvidia.com"
-	DefaultClass  = "gpu"
-)
-
-// EnvUUIDPrefix + the GPU's minor names the variable carrying its UUID.
-// One key per GPU, because CDI env edits with one key overwrite each other.
-const EnvUUIDPrefix = "NVINJECT_GPU_UUID_"
-
-// EnvSimulated is set in containers that got a simulated GPU.
-const EnvSimulated = "NVINJECT_SIMULATED"
-
-// AnnotationIndex on a GPU's CDI device records its NVML index, the device
-// ID kubelet reports under DEVICE_ID_STRATEGY=index, so the NRI check can
-// compare kubelet's assignment with the UUIDs it injects.
-const AnnotationIndex = "nvinject.io/gpu-index"
-
 // UUIDEnv returns the env key naming the UUID of the GPU with minor.
-func UUIDEnv(minor int) string { return EnvUUIDPrefix + strconv.Itoa(minor) }
+func UUIDEnv(minor int) string { return contract.EnvUUIDPrefix + strconv.Itoa(minor) }
 
 // NameStrategy says how GPU devices are named in the spec.
 type NameStrategy string
@@ -113,7 +96,7 @@ func WithHookBinary(p string) Option { return func(g *Generator) { g.hookBinary 
 
 // New returns a Generator.
 func New(opts ...Option) *Generator {
-	g := &Generator{vendor: DefaultVendor, class: DefaultClass, driverRoot: "/", names: NameUUID}
+	g := &Generator{vendor: contract.CDIVendor, class: contract.CDIClass, driverRoot: "/", names: NameUUID}
 	for _, o := range opts {
 		o(g)
 	}
@@ -149,9 +132,9 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 			return nil, fmt.Errorf("--hook-binary=%s is not an executable file (%v); install nvinject-cdi-hook there (the device plugin's DaemonSet copies it to /var/lib/nvinject/bin), point it at NVIDIA's nvidia-cdi-hook, or pass --hook-binary= for a spec without hooks", g.hookBinary, err)
 		}
 	}
-	s := &specs.Spec{Kind: g.Kind(), Annotations: map[string]string{"nvinject.io/driver-version": node.DriverVersion}}
+	s := &specs.Spec{Kind: g.Kind(), Annotations: map[string]string{contract.DriverVersionAnnotation: node.DriverVersion}}
 	if node.Simulated {
-		s.Annotations["nvinject.io/simulated"] = "true"
+		s.Annotations[contract.SimulatedAnnotation] = "true"
 	}
 	seen := map[string]bool{}
 	for _, d := range devs {
@@ -163,7 +146,7 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 		}
 		seen[d.UUID] = true
 		edits := g.deviceEdits(d)
-		ann := map[string]string{AnnotationIndex: strconv.Itoa(d.Index)}
+		ann := map[string]string{contract.GPUIndexAnnotation: strconv.Itoa(d.Index)}
 		s.Devices = append(s.Devices, specs.Device{Name: d.UUID, Annotations: ann, ContainerEdits: edits})
 		if g.names == NameIndex {
 			s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(d.Index), Annotations: ann, ContainerEdits: edits})
@@ -202,7 +185,7 @@ func (g *Generator) commonEdits(n gpu.Node, f driver.Files) specs.ContainerEdits
 	// injecting GPUs a second time; CDI already did.
 	e.Env = []string{"NVIDIA_VISIBLE_DEVICES=void"}
 	if n.Simulated {
-		e.Env = append(e.Env, EnvSimulated+"=1")
+		e.Env = append(e.Env, contract.EnvSimulated+"=1")
 	}
 	seen := map[string]bool{}
 	mount := func(source, ctr string, opts []string) {

@@ -18,6 +18,7 @@ import (
 	"github.com/nvinject/nvinject/cdi/driver"
 	"github.com/nvinject/nvinject/cdi/simtest"
 	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
@@ -105,13 +106,13 @@ func TestInjectThroughCDICache(t *testing.T) {
 		t.Errorf("control nodes = %v", ctl)
 	}
 	env := ociSpec.Process.Env
-	for _, e := range []string{spec.UUIDEnv(want.Minor) + "=" + want.UUID, "NVIDIA_VISIBLE_DEVICES=void", spec.EnvSimulated + "=1"} {
+	for _, e := range []string{spec.UUIDEnv(want.Minor) + "=" + want.UUID, "NVIDIA_VISIBLE_DEVICES=void", contract.EnvSimulated + "=1"} {
 		if !slices.Contains(env, e) {
 			t.Errorf("env %v lacks %s", env, e)
 		}
 	}
 	for _, e := range env {
-		if strings.HasPrefix(e, spec.EnvUUIDPrefix) && e != spec.UUIDEnv(want.Minor)+"="+want.UUID {
+		if strings.HasPrefix(e, contract.EnvUUIDPrefix) && e != spec.UUIDEnv(want.Minor)+"="+want.UUID {
 			t.Errorf("env names another GPU: %s", e)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
@@ -97,7 +98,7 @@ func probe(smi string) ([]GPU, error) {
 func uuidEnv(env []string) []string {
 	var out []string
 	for _, e := range env {
-		if strings.HasPrefix(e, "NVINJECT_GPU_UUID_") {
+		if strings.HasPrefix(e, contract.EnvUUIDPrefix) {
 			out = append(out, e)
 		}
 	}

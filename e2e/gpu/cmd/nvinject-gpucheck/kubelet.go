@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // registrar is the Registration service: it hands each request to the run.
@@ -39,7 +40,7 @@ func kubeletCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		cli.WithAbout("A stand-in kubelet for one device plugin: Registration on DIR/kubelet.sock, then ListAndWatch (every update printed) and one Allocate of a Healthy device. Exit 0 when the plugin registered, reported a Healthy device and Allocate answered CDI names."))
 	dir := c.Flags().String("dir", "", "the device-plugin directory (the plugin's --kubelet-dir)")
 	dur := c.Flags().Duration("for", 20*time.Second, "how long to watch the plugin's device health")
-	resource := c.Flags().String("resource", "nvidia.com/gpu", "the resource the plugin must register")
+	resource := c.Flags().String("resource-name", contract.ResourceName, "the resource the plugin must register")
 	if done, err := parse(c, args); done || err != nil {
 		return err
 	}
