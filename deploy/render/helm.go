@@ -13,12 +13,13 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 
 	"github.com/nvinject/nvinject/deploy"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Release names the Helm release Helm renders; Namespace is the seed's.
 const (
 	Release   = "nvinject"
-	Namespace = "nvidia-device-plugin"
+	Namespace = contract.Namespace
 )
 
 // Helm renders the embedded chart with values layered over values.yaml (and

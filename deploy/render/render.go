@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvinject/nvinject/deploy"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 const (
@@ -114,14 +116,14 @@ func writeWrapper(mem filesys.FileSystem, target string, o options) error {
 		bodies = append(bodies, map[string]any{
 			"apiVersion": "v1",
 			"kind":       "ConfigMap",
-			"metadata":   map[string]any{"name": "single-gpu-device-plugin", "namespace": "nvidia-device-plugin"},
-			"data":       map[string]any{"selected-gpu-uuid": o.selectedGPU},
+			"metadata":   map[string]any{"name": contract.ConfigMapName, "namespace": contract.Namespace},
+			"data":       map[string]any{contract.ConfigMapKey: o.selectedGPU},
 		})
 		targets = append(targets, nil)
 	}
 	images := []struct{ daemonSet, ref string }{
-		{"single-gpu-device-plugin", o.devicePluginImg},
-		{"nvinject-nri", o.nriImg},
+		{contract.DevicePluginApp, o.devicePluginImg},
+		{contract.NRIApp, o.nriImg},
 	}
 	for _, img := range images {
 		if img.ref == "" {
