@@ -130,7 +130,7 @@ func watch(ctx context.Context, client pluginapi.DevicePluginClient, logf func(s
 		if first != "" && !allocated {
 			r, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{first}}}})
 			if err != nil {
-				return fmt.Errorf("Allocate %s: %w", first, err)
+				return fmt.Errorf("allocate %s: %w", first, err)
 			}
 			var names []string
 			for _, cr := range r.ContainerResponses {
@@ -143,7 +143,7 @@ func watch(ctx context.Context, client pluginapi.DevicePluginClient, logf func(s
 			}
 			logf("Allocate %s: CDI %s", first, strings.Join(names, " "))
 			if len(names) == 0 {
-				return fmt.Errorf("Allocate %s answered no CDI device", first)
+				return fmt.Errorf("the plugin's Allocate of %s answered no CDI device", first)
 			}
 			allocated = true
 		}
