@@ -38,7 +38,7 @@ CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 build: ## build every binary into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nvidia-smi-sim $(MODULE)/cdi/cmd/nvidia-smi-sim
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nvidia-smi-sim $(MODULE)/cdi/simulation/cmd/nvidia-smi-sim
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nvinject-cdi-hook $(MODULE)/cdi/cmd/nvinject-cdi-hook
 
 .PHONY: help

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/nvinject/nvinject/cdi/driver"
-	"github.com/nvinject/nvinject/cdi/simtest"
+	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 

@@ -16,7 +16,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvinject/nvinject/cdi/driver"
-	"github.com/nvinject/nvinject/cdi/simtest"
+	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"

@@ -30,7 +30,7 @@ ld="-s -w ${LDFLAGS:-}"
 log "building nvinject-cdi, nvinject-device-plugin (cgo, glibc: NVML is dlopened)"
 (cd "$repo" && $GO build -ldflags "$ld" -o "$b/bin/" $MODULE/cdi/cmd/nvinject-cdi $MODULE/deviceplugin/cmd/nvinject-device-plugin)
 log "building nvinject-cdi-hook, nvinject-gpucheck, nvidia-smi-sim (static)"
-(cd "$repo" && CGO_ENABLED=0 $GO build -ldflags "$ld" -o "$b/bin/" $MODULE/cdi/cmd/nvinject-cdi-hook $MODULE/e2e/gpu/cmd/nvinject-gpucheck $MODULE/cdi/cmd/nvidia-smi-sim)
+(cd "$repo" && CGO_ENABLED=0 $GO build -ldflags "$ld" -o "$b/bin/" $MODULE/cdi/cmd/nvinject-cdi-hook $MODULE/e2e/gpu/cmd/nvinject-gpucheck $MODULE/cdi/simulation/cmd/nvidia-smi-sim)
 cp "$NVINJECT_TOOLS_BIN/runc" "$b/bin/runc"
 # runc links libseccomp; the GPU machine may not have it.
 while read -r lib; do cp -L "$lib" "$b/lib/"; done < <(ldd "$b/bin/runc" | awk '/libseccomp/ { print $3 }')

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvinject/nvinject/cdi/simroot"
+	"github.com/nvinject/nvinject/cdi/simulation/simroot"
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"

@@ -17,7 +17,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/nvinject/nvinject/cdi/simtest"
+	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/nvinject/nvinject/cdi/simtest"
+	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
 	"github.com/nvinject/nvinject/shared/gpu/backend"

@@ -22,7 +22,7 @@ func TestInjbenchTwoContainers(t *testing.T) {
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+"/",
-		"github.com/nvinject/nvinject/cdi/cmd/nvinject-cdi", "github.com/nvinject/nvinject/cdi/cmd/nvidia-smi-sim",
+		"github.com/nvinject/nvinject/cdi/cmd/nvinject-cdi", "github.com/nvinject/nvinject/cdi/simulation/cmd/nvidia-smi-sim",
 		"github.com/nvinject/nvinject/nri/cmd/nvinject-nri", "github.com/nvinject/nvinject/e2e/cmd/pause", ".")
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	if out, err := build.CombinedOutput(); err != nil {

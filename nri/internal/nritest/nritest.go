@@ -21,7 +21,7 @@ import (
 	rtgen "github.com/opencontainers/runtime-tools/generate"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvinject/nvinject/cdi/simtest"
+	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/shared/gpu"
 )

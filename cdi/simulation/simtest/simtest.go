@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nvinject/nvinject/cdi/simroot"
+	"github.com/nvinject/nvinject/cdi/simulation/simroot"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 )

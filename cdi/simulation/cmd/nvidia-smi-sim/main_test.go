@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nvinject/nvinject/cdi/simfacts"
+	"github.com/nvinject/nvinject/cdi/simulation/simfacts"
 )
 
 func setup(t *testing.T, minors ...int) (facts, dev string) {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nvinject/nvinject/cdi/driver"
 	"github.com/nvinject/nvinject/cdi/ldcache"
-	"github.com/nvinject/nvinject/cdi/simfacts"
+	"github.com/nvinject/nvinject/cdi/simulation/simfacts"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nvinject/nvinject/cdi/simfacts"
+	"github.com/nvinject/nvinject/cdi/simulation/simfacts"
 	"github.com/nvinject/nvinject/shared/cli"
 )
 
