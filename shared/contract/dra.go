@@ -37,10 +37,12 @@ const (
 
 // Metric names of nvinject-dra.
 const (
-	MetricDRAPrepares      = "nvinject_dra_prepare_total"
-	MetricDRAUnprepares    = "nvinject_dra_unprepare_total"
-	MetricDRAPrepared      = "nvinject_dra_prepared_claims"
-	MetricDRADeviceHealthy = "nvinject_dra_device_healthy"
-	MetricDRAHealthStreams = "nvinject_dra_health_streams"
-	MetricDRAPublishErrors = "nvinject_dra_publish_errors_total"
+	MetricDRAPrepares         = "nvinject_dra_prepare_total"
+	MetricDRAUnprepares       = "nvinject_dra_unprepare_total"
+	MetricDRAPrepared         = "nvinject_dra_prepared_claims"
+	MetricDRADeviceHealthy    = "nvinject_dra_device_healthy"
+	MetricDRAHealthStreams    = "nvinject_dra_health_streams"
+	MetricDRABackgroundErrors = "nvinject_dra_background_errors_total"
+	MetricDRAHealthEvents     = "nvinject_dra_health_events_total"
+	MetricDRARegistered       = "nvinject_dra_registered"
 )

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -64,13 +65,16 @@ type Publisher interface {
 }
 
 // Publish publishes the ResourceSlice now and again on every health change
-// (taints), until ctx ends. It returns the first publication's error.
+// (taints), until ctx ends. A failure to start publishing ends it.
 func (d *Driver) Publish(ctx context.Context, p Publisher) error {
 	changed, cancel := d.health.Subscribe()
 	defer cancel()
 	for {
 		if err := p.PublishResources(ctx, d.Resources()); err != nil {
-			return err
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("publish the ResourceSlice: %w; check the API server connection and nvinject-dra's RBAC for resourceslices", err)
 		}
 		select {
 		case <-ctx.Done():

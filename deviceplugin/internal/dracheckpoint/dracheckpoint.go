@@ -10,9 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"maps"
 	"slices"
 	"sync"
 )
@@ -148,7 +148,6 @@ func (s *Store) Delete(uid string) (bool, error) {
 	s.claims = next
 	return true, nil
 }
-
 
 func (s *Store) writeLocked(claims map[string]Claim) error {
 	data, err := json.MarshalIndent(file{Version: Version, Claims: claims}, "", "  ")
