@@ -191,14 +191,28 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
 	// Only GPU containers ask kubelet: a container without GPUs has nothing
 	// to compare, and the check above already refuses any GPU node in it.
+	claims := ""
 	if h.kubelet != nil && len(gpus) > 0 {
 		ids, err := h.kubelet.DeviceIDs(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), h.resource)
 		if err != nil {
 			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
 		in.Kubelet = kubeletUUIDs(ids, res)
+		if len(ids) == 0 {
+			// No device-plugin GPU: the DRA driver's claims are kubelet's word.
+			uuids, names, err := h.claimUUIDs(ctx, pod, ctr, res)
+			if err != nil {
+				return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+			}
+			if names != "" {
+				in.Kubelet, claims = uuids, names
+			}
+		}
 	}
 	if err := verify.Check(in); err != nil {
+		if claims != "" {
+			who += " (" + claims + ")"
+		}
 		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
 	uuids := verify.UUIDs(gpus)
