@@ -192,3 +192,49 @@ func TestDRAClaimExample(t *testing.T) {
 		t.Errorf("pod %+v does not use the template's claim under RuntimeClass nvidia", p.Spec)
 	}
 }
+
+// TestHelmModes: mode=by-label renders the dra-node overlay's DaemonSets;
+// mode=dra has nvinject-dra and no device plugin; the default has no DRA
+// objects.
+func TestHelmModes(t *testing.T) {
+	render := func(values map[string]any) (draObjects, objects) {
+		t.Helper()
+		out, err := Helm(values)
+		if err != nil {
+			t.Fatalf("Helm(%v): %v", values, err)
+		}
+		d, rest := splitDRA(t, out)
+		return d, decode(t, rest)
+	}
+	kout, err := Kustomize("overlays/dra-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, krest := splitDRA(t, kout)
+	k := decode(t, krest)
+	hd, h := render(map[string]any{"mode": "by-label"})
+	checkDeviceClass(t, hd)
+	if len(h.daemonSets) != 3 {
+		t.Fatalf("by-label: %d DaemonSets, want 3", len(h.daemonSets))
+	}
+	for name, kds := range k.daemonSets {
+		if hds := h.daemonSets[name]; !reflect.DeepEqual(important(hds), important(kds)) {
+			t.Errorf("by-label: DaemonSet %s differs:\nhelm      %+v\nkustomize %+v", name, important(hds), important(kds))
+		}
+	}
+	dd, dra := render(map[string]any{"mode": "dra"})
+	checkDeviceClass(t, dd)
+	if _, ok := dra.daemonSets[devicePlugin]; ok || len(dra.daemonSets) != 2 {
+		t.Errorf("mode=dra renders DaemonSets %v; want nvinject-dra and the NRI plugin only", len(dra.daemonSets))
+	}
+	if sel := dra.daemonSets[draDaemonSet].Spec.Template.Spec.NodeSelector; sel["nvinject.io/gpu-mode"] != "" {
+		t.Errorf("mode=dra nodeSelector %v needs no mode label", sel)
+	}
+	nd, def := render(nil)
+	if len(nd.classes)+len(nd.roles) != 0 || len(def.daemonSets) != 2 {
+		t.Errorf("default mode renders DRA objects or %d DaemonSets", len(def.daemonSets))
+	}
+	if _, err := Helm(map[string]any{"mode": "both"}); err == nil {
+		t.Error("mode=both accepted")
+	}
+}
