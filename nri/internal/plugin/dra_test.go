@@ -54,6 +54,20 @@ func TestDRAClaimCheck(t *testing.T) {
 		!strings.Contains(err.Error(), dra.node.Devices[1].UUID) || !strings.Contains(err.Error(), dra.node.Devices[2].UUID) {
 		t.Fatalf("container gets another GPU than its claim: err = %v, want a refusal naming the claim and both UUIDs", err)
 	}
+	// As containerd 2.2 really does it: it applies the CRI CDIDevices
+	// itself and passes no names to NRI; the claim supplies them.
+	k.claimed["pod-cd-ok"], k.claimed["pod-cd-other"], k.claimed["pod-cd-norc"] = gpu1, gpu1, gpu1
+	if _, _, err := dra.create(t, nritest.Pod("cd-ok", "nvidia", nil), nil, []string{gpu1}); err != nil {
+		t.Fatalf("containerd-injected claim GPU refused: %v", err)
+	}
+	_, _, err = dra.create(t, nritest.Pod("cd-other", "nvidia", nil), nil, []string{gpu2})
+	if err == nil || !strings.Contains(err.Error(), "ResourceClaim default/gpu-pod-cd-other") || !strings.Contains(err.Error(), "/dev/nvidia2") {
+		t.Fatalf("containerd injected another GPU than the claim's: err = %v, want a refusal naming the claim and the foreign GPU", err)
+	}
+	_, _, err = dra.create(t, nritest.Pod("cd-norc", "", nil), nil, []string{gpu1})
+	if err == nil || !strings.Contains(err.Error(), "runtimeClassName: nvidia") || !strings.Contains(err.Error(), "ResourceClaim default/gpu-pod-cd-norc") {
+		t.Fatalf("claim pod without the nvidia RuntimeClass: err = %v, want the runtime class refusal naming the claim", err)
+	}
 	// Neither a device-plugin GPU nor a claim: refused as before.
 	if _, _, err := dra.create(t, nritest.Pod("none", "nvidia", nil), nil, []string{gpu1}, gpu1); err == nil {
 		t.Fatal("a GPU container without any kubelet assignment was accepted")

@@ -155,6 +155,15 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		return outcome{}, refuse(ReasonBadRequest, err)
 	}
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
+	claims := ""
+	if len(names) == 0 && hasNVIDIANode(ctr) {
+		if names, claims, err = h.claimNames(ctx, pod, ctr); err != nil {
+			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+		}
+		if claims != "" {
+			who += " (" + claims + ")"
+		}
+	}
 	if !h.handlers[pod.GetRuntimeHandler()] {
 		ours := slices.DeleteFunc(slices.Concat(names, h.collector.AnyCDI(ctr)), func(n string) bool { return !collect.Kind(n, h.vendor, h.class) })
 		ours = slices.Compact(slices.Sorted(slices.Values(ours)))
@@ -191,7 +200,6 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
 	// Only GPU containers ask kubelet: a container without GPUs has nothing
 	// to compare, and the check above already refuses any GPU node in it.
-	claims := ""
 	if h.kubelet != nil && len(gpus) > 0 {
 		ids, err := h.kubelet.DeviceIDs(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), h.resource)
 		if err != nil {
@@ -200,19 +208,19 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		in.Kubelet = kubeletUUIDs(ids, res)
 		if len(ids) == 0 {
 			// No device-plugin GPU: the DRA driver's claims are kubelet's word.
-			uuids, names, err := h.claimUUIDs(ctx, pod, ctr, res)
+			uuids, held, err := h.claimUUIDs(ctx, pod, ctr, res)
 			if err != nil {
 				return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 			}
-			if names != "" {
-				in.Kubelet, claims = uuids, names
+			if held != "" {
+				in.Kubelet = uuids
+				if claims == "" {
+					who += " (" + held + ")"
+				}
 			}
 		}
 	}
 	if err := verify.Check(in); err != nil {
-		if claims != "" {
-			who += " (" + claims + ")"
-		}
 		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
 	uuids := verify.UUIDs(gpus)
