@@ -160,7 +160,7 @@ func (s *Store) writeLocked(claims map[string]Claim) error {
 		return fmt.Errorf("write the DRA checkpoint in %s: %w; check that --state-dir is writable", dir, err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err == nil {
+	if _, err = tmp.Write(data); err == nil {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
