@@ -18,11 +18,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
@@ -192,21 +194,21 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	d.log.Info("checkpoint loaded", "path", state.Path(), "prepared_claims", state.Len())
 	g.Go(func() error { return d.watchHealthMetric(ctx, tracker, drv, m) })
 
+	d.setNotReady("not registered with kubelet yet (registration socket in " + d.cfg.RegistrarDir + ")")
 	kctx := klog.NewContext(ctx, logr.FromSlogHandler(d.log.Handler()))
 	helper, err := kubeletplugin.Start(kctx, drv,
 		kubeletplugin.DriverName(contract.DRADriver), kubeletplugin.NodeName(d.cfg.NodeName), kubeletplugin.KubeClient(client),
-		kubeletplugin.RegistrarDirectoryPath(d.cfg.RegistrarDir), kubeletplugin.PluginDataDirectoryPath(d.cfg.DriverPluginDir()))
+		kubeletplugin.RegistrarDirectoryPath(d.cfg.RegistrarDir), kubeletplugin.PluginDataDirectoryPath(d.cfg.DriverPluginDir()),
+		kubeletplugin.GRPCInterceptor(d.registrationSeen(m)))
 	if err != nil {
 		return fmt.Errorf("start the kubelet plugin (registrar dir %s, plugin dir %s): %w; check that both exist on the host and are mounted at the same paths", d.cfg.RegistrarDir, d.cfg.DriverPluginDir(), err)
 	}
-	d.setNotReady("not registered with kubelet yet (registration socket in " + d.cfg.RegistrarDir + ")")
 	g.Go(func() error {
 		<-ctx.Done()
 		helper.Stop()
 		return nil
 	})
 	g.Go(func() error { return drv.Publish(ctx, helper) })
-	g.Go(func() error { return d.watchRegistration(ctx, helper, m) })
 	d.onStart(drv)
 	select {
 	case <-ctx.Done():
@@ -240,28 +242,23 @@ func (d *Daemon) kubeClient() (kubernetes.Interface, error) {
 	return c, nil
 }
 
-// watchRegistration flips readiness once kubelet accepted the plugin.
-func (d *Daemon) watchRegistration(ctx context.Context, h *kubeletplugin.Helper, m *metrics) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		st := h.RegistrationStatus()
-		switch {
-		case st != nil && st.PluginRegistered:
-			if d.Ready() != nil {
+// registrationSeen is a gRPC interceptor on the helper's servers: kubelet's
+// NotifyRegistrationStatus flips readiness. (Helper.RegistrationStatus is
+// not safe to poll while kubelet calls.)
+func (d *Daemon) registrationSeen(m *metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if st, ok := req.(*registerapi.RegistrationStatus); ok {
+			if st.PluginRegistered {
 				d.log.Info("registered with kubelet", "driver", contract.DRADriver)
+				m.registered.Set(1)
+				d.notReady.Store(nil)
+			} else {
+				d.log.Error("kubelet refused the registration", "driver", contract.DRADriver, "error", st.Error)
+				m.registered.Set(0)
+				d.setNotReady("kubelet refused the registration: " + st.Error)
 			}
-			m.registered.Set(1)
-			d.notReady.Store(nil)
-		case st != nil:
-			m.registered.Set(0)
-			d.setNotReady("kubelet refused the registration: " + st.Error)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
+		return handler(ctx, req)
 	}
 }
 
