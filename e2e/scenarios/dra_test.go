@@ -118,7 +118,7 @@ func TestDRA(t *testing.T) {
 		for i := range 3 {
 			name := "dra-claim-" + strconv.Itoa(i)
 			figures["DRA ResourceClaimTemplate pod create to Running"] = append(figures["DRA ResourceClaimTemplate pod create to Running"], podStart(t, name, podSpec{runtimeClass: true}, "gpu-80gb"))
-			if got := containerUUIDs(t, ctx, name); !slices.Equal(got, []string{dep.UUID}) {
+			if got := containerGPUs(t, ctx, name); !slices.Equal(got, []string{dep.UUID}) {
 				t.Errorf("claim pod %s sees %v, want exactly %s", name, got, dep.UUID)
 			}
 			deletePod(t, name)
@@ -173,7 +173,7 @@ func TestDRA(t *testing.T) {
 			if after.UID != before.UID || after.Status.ContainerStatuses[0].RestartCount != before.Status.ContainerStatuses[0].RestartCount {
 				t.Errorf("pod %s was replaced or restarted", name)
 			}
-			if got := containerUUIDs(t, ctx, name); !slices.Equal(got, []string{dep.UUID}) {
+			if got := containerGPUs(t, ctx, name); !slices.Equal(got, []string{dep.UUID}) {
 				t.Errorf("after the restart %s sees %v, want %s", name, got, dep.UUID)
 			}
 			deletePod(t, name)
@@ -277,27 +277,9 @@ func checkAllocated(t *testing.T, ctx context.Context, pod *corev1.Pod) {
 	if r.Driver != contract.DRADriver || r.Pool != d.Node().Name() || uuid != dep.UUID {
 		t.Errorf("claim %s allocated %s/%s/%s (uuid %q), want %s's GPU %s on %s", c.Name, r.Driver, r.Pool, r.Device, uuid, contract.DRADriver, dep.UUID, d.Node().Name())
 	}
-	if got := containerUUIDs(t, ctx, pod.Name); !slices.Equal(got, []string{dep.UUID}) {
+	if got := containerGPUs(t, ctx, pod.Name); !slices.Equal(got, []string{dep.UUID}) {
 		t.Errorf("container of %s sees %v, want exactly the allocated %s", pod.Name, got, dep.UUID)
 	}
-}
-
-// containerUUIDs are the GPU UUIDs in the container's environment (the
-// CDI spec's NVINJECT_GPU_UUID_<minor>), read with busybox env.
-func containerUUIDs(t *testing.T, ctx context.Context, name string) []string {
-	t.Helper()
-	out, err := need(t).Kube().Exec(ctx, ns, name, "", "env")
-	if err != nil {
-		t.Fatalf("env in %s: %v", name, err)
-	}
-	var uuids []string
-	for _, l := range strings.Split(out, "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok && strings.HasPrefix(k, contract.EnvUUIDPrefix) {
-			uuids = append(uuids, strings.TrimSpace(v))
-		}
-	}
-	slices.Sort(uuids)
-	return uuids
 }
 
 func checkSliceDevice(t *testing.T, s *resourceapi.ResourceSlice, tainted bool) {

@@ -60,12 +60,12 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareRes
 		if !ok {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: device %s is not published on this node (published: %s); the ResourceSlice changed after allocation: delete the pod so the claim is allocated again", name, contract.Quote(r.Device), contract.List(d.names()))
 		}
-		if reason := healthy[dev.UUID]; reason != "" {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is Unhealthy (%s); the claim was allocated before its taint: delete the pod so the claim gets a healthy GPU", name, dev.Name, dev.UUID, reason)
-		}
 		admin := r.AdminAccess != nil && *r.AdminAccess
 		if other, busy := held[dev.Name]; busy && !admin {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is already prepared for ResourceClaim %s; one GPU serves one claim: delete one of the pods", name, dev.Name, dev.UUID, other)
+		}
+		if reason := healthy[dev.UUID]; reason != "" {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is Unhealthy (%s); the claim was allocated before its taint: delete the pod so the claim gets a healthy GPU", name, dev.Name, dev.UUID, reason)
 		}
 		cp.Devices = append(cp.Devices, dracheckpoint.Device{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: dev.Name, UUID: dev.UUID,

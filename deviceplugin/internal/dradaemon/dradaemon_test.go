@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/nvinject/nvinject/cdi/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
+	"github.com/nvinject/nvinject/deviceplugin/internal/health"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
@@ -149,6 +151,10 @@ func (r *rig) register(t testing.TB) *registerapi.PluginInfo {
 		t.Fatal(err)
 	}
 	until(t, "readiness after registration", func() bool { return r.d.Ready() == nil })
+	until(t, "every GPU Healthy", func() bool {
+		tr := r.d.tracker.Load()
+		return tr != nil && !slices.ContainsFunc(tr.States(), func(s health.State) bool { return !s.Healthy })
+	})
 	return info
 }
 
