@@ -321,3 +321,53 @@ func TestPublishOnHealthChange(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// kubelet may prepare a new claim for a GPU before it unprepared the claim
+// of a force-deleted pod: a holder that is gone or deallocated in the API
+// does not block; a live holder does.
+func TestPrepareOverStaleHolder(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		holder func(*resourceapi.ResourceClaim) *resourceapi.ResourceClaim
+		ok     bool
+	}{
+		{"holder deleted", func(*resourceapi.ResourceClaim) *resourceapi.ResourceClaim { return nil }, true},
+		{"holder recreated", func(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+			n := c.DeepCopy()
+			n.UID = "other-uid"
+			return n
+		}, true},
+		{"holder deallocated", func(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+			n := c.DeepCopy()
+			n.Status.Allocation = nil
+			return n
+		}, true},
+		{"holder live", func(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim { return c }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &fakeHealth{states: []health.State{{UUID: "GPU-aaa", Healthy: true}, {UUID: "GPU-bbb", Healthy: true}}}
+			st, err := dracheckpoint.Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := claim("old", "old-pod-gpu", result("node-a", "gpu-0"))
+			lookup := func(_ context.Context, ns, name string) (*resourceapi.ResourceClaim, error) {
+				if name != first.Name || ns != first.Namespace {
+					t.Errorf("lookup of %s/%s, want the holder", ns, name)
+				}
+				return tc.holder(first), nil
+			}
+			d, err := dra.New("node-a", node, node.Devices, cdiName, h, st, dra.WithClaimLookup(lookup))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := prepare(t, d, first); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			r := prepare(t, d, claim("new", "new-pod-gpu", result("node-a", "gpu-0")))
+			if (r.Err == nil) != tc.ok {
+				t.Fatalf("prepare over a holder that is %s: err = %v, want ok=%v", tc.name, r.Err, tc.ok)
+			}
+		})
+	}
+}

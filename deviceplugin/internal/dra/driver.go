@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
@@ -74,6 +75,7 @@ type Driver struct {
 	resend      time.Duration
 	healthLease time.Duration
 	fatal       func(error)
+	lookup      ClaimLookup
 
 	// unhealthySince keeps each Unhealthy GPU's first Unhealthy time, so a
 	// republished taint keeps its timeAdded.
@@ -96,6 +98,15 @@ func WithMetrics(m Metrics) Option { return func(d *Driver) { d.metrics = m } }
 func WithHealthTiming(resend, lease time.Duration) Option {
 	return func(d *Driver) { d.resend, d.healthLease = resend, lease }
 }
+
+// ClaimLookup reads a ResourceClaim from the API server: nil, nil when it
+// does not exist.
+type ClaimLookup func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
+
+// WithClaimLookup lets prepare tell a GPU still prepared for a deleted or
+// deallocated claim (kubelet unprepares it later) from one held by a live
+// claim.
+func WithClaimLookup(f ClaimLookup) Option { return func(d *Driver) { d.lookup = f } }
 
 // WithFatal is called with background errors the driver cannot recover
 // from (the daemon cancels its context).

@@ -21,7 +21,7 @@ import (
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
-		res, err := d.prepare(c)
+		res, err := d.prepare(ctx, c)
 		if err != nil {
 			d.metrics.Prepared("error")
 			d.log.WarnContext(ctx, "claim not prepared", "claim", c.Namespace+"/"+c.Name, "claim_uid", string(c.UID), "error", err)
@@ -35,7 +35,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
+func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
 	name := c.Namespace + "/" + c.Name
 	if cp, ok := d.state.Get(string(c.UID)); ok {
 		return resultOf(cp), nil
@@ -62,7 +62,14 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareRes
 		}
 		admin := r.AdminAccess != nil && *r.AdminAccess
 		if other, busy := held[dev.Name]; busy && !admin {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is already prepared for ResourceClaim %s; one GPU serves one claim: delete one of the pods", name, dev.Name, dev.UUID, other)
+			live, err := d.claimLive(ctx, other, dev.Name)
+			if err != nil {
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is still prepared for ResourceClaim %s and its state is unknown: %w", name, dev.Name, dev.UUID, other, err)
+			}
+			if live {
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is already prepared for ResourceClaim %s; one GPU serves one claim: delete one of the pods", name, dev.Name, dev.UUID, other)
+			}
+			d.log.Info("GPU still prepared for a claim that no longer holds it (kubelet unprepares it later)", "claim", name, "stale_claim", other.String(), "device", dev.Name)
 		}
 		if reason := healthy[dev.UUID]; reason != "" {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is Unhealthy (%s); the claim was allocated before its taint: delete the pod so the claim gets a healthy GPU", name, dev.Name, dev.UUID, reason)
@@ -80,16 +87,39 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (kubeletplugin.PrepareRes
 }
 
 // heldBy maps each GPU held exclusively by a prepared claim to that claim.
-func (d *Driver) heldBy() map[string]string {
-	out := map[string]string{}
+func (d *Driver) heldBy() map[string]dracheckpoint.Claim {
+	out := map[string]dracheckpoint.Claim{}
 	for _, c := range d.state.All() {
 		for _, dev := range c.Devices {
 			if !dev.AdminAccess {
-				out[dev.Device] = c.String()
+				out[dev.Device] = c
 			}
 		}
 	}
 	return out
+}
+
+// claimLive reports whether prepared claim c still holds device in the API:
+// a force-deleted pod's claim is deallocated (and the GPU allocated anew)
+// before kubelet unprepares it. Without a ClaimLookup every prepared
+// claim counts as live.
+func (d *Driver) claimLive(ctx context.Context, c dracheckpoint.Claim, device string) (bool, error) {
+	if d.lookup == nil {
+		return true, nil
+	}
+	got, err := d.lookup(ctx, c.Namespace, c.Name)
+	if err != nil || got == nil {
+		return got != nil, err
+	}
+	if string(got.UID) != c.UID || got.Status.Allocation == nil {
+		return false, nil
+	}
+	for _, r := range got.Status.Allocation.Devices.Results {
+		if r.Driver == d.driver && r.Pool == d.pool && r.Device == device {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (d *Driver) names() []string {

@@ -19,6 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -179,6 +182,13 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	fatal := make(chan error, 1)
 	drv, err := dra.New(d.cfg.NodeName, node, selected, gen.QualifiedName, tracker, state,
 		dra.WithLogger(d.log), dra.WithMetrics(m), dra.WithHealthTiming(d.resend, d.lease),
+		dra.WithClaimLookup(func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+			c, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return c, err
+		}),
 		dra.WithFatal(func(err error) {
 			select {
 			case fatal <- err:
