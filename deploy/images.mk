@@ -7,7 +7,7 @@ IMAGE_TAG      ?= v0.1.0
 IMAGE_BUILDER  ?= $(shell for b in "docker info" "podman info" "buildah version"; do \
                     $$b >/dev/null 2>&1 && { echo $${b%% *}; break; }; done)
 
-NVINJECT_IMAGES := device-plugin nri
+NVINJECT_IMAGES := device-plugin nri dra
 
 .PHONY: images $(addprefix image-,$(NVINJECT_IMAGES))
 images: $(addprefix image-,$(NVINJECT_IMAGES))
