@@ -125,8 +125,14 @@ func TestDRA(t *testing.T) {
 		}
 	})
 
+	// From here on the pods ask by ResourceClaimTemplate: kubelet 1.37's
+	// device manager fails nvidia.com/gpu containers with "endpoint not found
+	// in cache for a registered resource" once the stopped device plugin's
+	// 5-minute endpoint grace has passed (GetDeviceRunContainerOptions lacks
+	// Allocate's DRA extended-resource check); see deviceplugin/DRA.md.
 	t.Run("Xid taints the device and the pod's health", func(t *testing.T) {
-		createDRAPod(t, ctx, "dra-xid", gpuPod, "")
+		createTemplate(t, ctx)
+		createDRAPod(t, ctx, "dra-xid", podSpec{runtimeClass: true}, "gpu-80gb")
 		waitPod(t, ctx, "dra-xid", 2*time.Minute, "Running", running)
 		if err := d.DRASimDebug(ctx, "xid", "uuid="+dep.UUID+"&xid=79"); err != nil {
 			t.Fatal(err)
@@ -157,7 +163,8 @@ func TestDRA(t *testing.T) {
 	for _, restart := range []string{"kubelet", "nvinject-dra"} {
 		t.Run(restart+" restart with a claim prepared", func(t *testing.T) {
 			name := "dra-keep-" + strings.TrimPrefix(restart, "nvinject-")
-			createDRAPod(t, ctx, name, gpuPod, "")
+			createTemplate(t, ctx)
+			createDRAPod(t, ctx, name, podSpec{runtimeClass: true}, "gpu-80gb")
 			before := waitPod(t, ctx, name, 2*time.Minute, "Running", running)
 			t0 := time.Now()
 			if restart == "kubelet" {
@@ -178,7 +185,7 @@ func TestDRA(t *testing.T) {
 			}
 			deletePod(t, name)
 			next := name + "-next"
-			createDRAPod(t, ctx, next, gpuPod, "")
+			createDRAPod(t, ctx, next, podSpec{runtimeClass: true}, "gpu-80gb")
 			waitPod(t, ctx, next, 2*time.Minute, "Running", running)
 			deletePod(t, next)
 		})
