@@ -32,6 +32,19 @@ func TestDRA(t *testing.T) {
 	if err := d.ImportDRAImage(ctx); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("DRA manifests pass the API server's dry run", func(t *testing.T) {
+		repo, _ := filepath.Abs(filepath.Join("..", ".."))
+		for _, args := range [][]string{
+			{"-k", filepath.Join(repo, "deploy", "overlays", "dra-node")},
+			{"-k", filepath.Join(repo, "deploy", "overlays", "local-sim-dra")},
+			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "gpu-80gb-claim.yaml")},
+		} {
+			out, err := d.Kube().Kubectl(ctx, "", append([]string{"apply", "--dry-run=server"}, args...)...)
+			if err != nil || !strings.Contains(out, "(server dry run)") {
+				t.Errorf("%s: %v\n%s", args[1], err, out)
+			}
+		}
+	})
 	figures := map[string][]time.Duration{}
 	podStart := func(t *testing.T, name string, s podSpec, claim string) time.Duration {
 		t.Helper()
