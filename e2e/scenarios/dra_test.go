@@ -193,8 +193,16 @@ func TestDRA(t *testing.T) {
 			if after.UID != before.UID || after.Status.ContainerStatuses[0].RestartCount != before.Status.ContainerStatuses[0].RestartCount {
 				t.Errorf("pod %s was replaced or restarted", name)
 			}
-			if got := containerGPUs(t, ctx, name); !slices.Equal(got, []string{dep.UUID}) {
-				t.Errorf("after the restart %s sees %v, want %s", name, got, dep.UUID)
+			// Exec goes through kubelet, which needs a moment after its
+			// restart before it serves the pod again.
+			var got string
+			err := simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
+				out, err := d.Kube().Exec(ctx, ns, name, "", "nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader")
+				got = strings.TrimSpace(out)
+				return err
+			})
+			if err != nil || got != dep.UUID {
+				t.Errorf("after the restart %s sees %q (%v), want %s", name, got, err, dep.UUID)
 			}
 			deletePod(t, name)
 			next := name + "-next"

@@ -342,7 +342,13 @@ func TestPrepareOverStaleHolder(t *testing.T) {
 			n.Status.Allocation = nil
 			return n
 		}, true},
-		{"holder live", func(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim { return c }, false},
+		{"holder no longer reserved", func(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim { return c }, true},
+		{"holder being deleted", func(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+			n := reserved(c)
+			n.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			return n
+		}, true},
+		{"holder live", reserved, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &fakeHealth{states: []health.State{{UUID: "GPU-aaa", Healthy: true}, {UUID: "GPU-bbb", Healthy: true}}}
@@ -370,4 +376,10 @@ func TestPrepareOverStaleHolder(t *testing.T) {
 			}
 		})
 	}
+}
+
+func reserved(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	n := c.DeepCopy()
+	n.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "old-pod", UID: "pod-uid"}}
+	return n
 }

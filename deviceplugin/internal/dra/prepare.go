@@ -100,8 +100,8 @@ func (d *Driver) heldBy() map[string]dracheckpoint.Claim {
 }
 
 // claimLive reports whether prepared claim c still holds device in the API:
-// a force-deleted pod's claim is deallocated (and the GPU allocated anew)
-// before kubelet unprepares it. Without a ClaimLookup every prepared
+// allocated to it and reserved for a pod. A deleted pod's claim is released
+// (and the GPU allocated anew) before kubelet unprepares it. Without a ClaimLookup every prepared
 // claim counts as live.
 func (d *Driver) claimLive(ctx context.Context, c dracheckpoint.Claim, device string) (bool, error) {
 	if d.lookup == nil {
@@ -111,7 +111,7 @@ func (d *Driver) claimLive(ctx context.Context, c dracheckpoint.Claim, device st
 	if err != nil || got == nil {
 		return got != nil, err
 	}
-	if string(got.UID) != c.UID || got.Status.Allocation == nil {
+	if string(got.UID) != c.UID || got.DeletionTimestamp != nil || got.Status.Allocation == nil || len(got.Status.ReservedFor) == 0 {
 		return false, nil
 	}
 	for _, r := range got.Status.Allocation.Devices.Results {

@@ -188,6 +188,7 @@ func (r *rig) claim(t testing.TB, name, uid, device string) *drapbv1.Claim {
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 		{Request: "gpu", Driver: contract.DRADriver, Pool: nodeName, Device: device},
 	}}}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: types.UID(uid + "-pod")}}
 	if _, err := r.client.ResourceV1().ResourceClaims("default").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
