@@ -110,7 +110,7 @@ fuzz: ## run each fuzz target briefly
 .PHONY: set-version
 set-version: ## write VERSION into the Helm chart and the Kustomize image tags (make set-version VERSION=x.y.z)
 	sed -i -E 's/^(version|appVersion): .*/\1: $(VERSION)/' deploy/helm/nvinject/Chart.yaml
-	sed -i -E 's/(newTag: )v.*/\1v$(VERSION)/' deploy/base/kustomization.yaml
+	sed -i -E 's/(newTag: )v.*/\1v$(VERSION)/' deploy/base/kustomization.yaml deploy/components/dra/kustomization.yaml
 
 .PHONY: clean
 clean: ## remove bin/

@@ -80,7 +80,7 @@ func TestOverlaysCovered(t *testing.T) {
 	}
 	for _, d := range dirs {
 		want := "overlays/" + filepath.Base(d)
-		if !slices.ContainsFunc(builds, func(b build) bool { return b.dir == want }) {
+		if !slices.ContainsFunc(builds, func(b build) bool { return b.dir == want }) && !slices.Contains(draOverlays, want) {
 			t.Errorf("%s has no row in builds", want)
 		}
 	}

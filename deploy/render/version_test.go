@@ -27,13 +27,15 @@ func TestOneVersion(t *testing.T) {
 			t.Errorf("Chart.yaml lacks %q (VERSION is %s): run make set-version", want, v)
 		}
 	}
-	tags := regexp.MustCompile(`newTag: (\S+)`).FindAllStringSubmatch(read("../base/kustomization.yaml"), -1)
-	if len(tags) < 2 {
-		t.Fatalf("base/kustomization.yaml has %d image tags", len(tags))
-	}
-	for _, tag := range tags {
-		if tag[1] != "v"+v {
-			t.Errorf("base/kustomization.yaml tags images %s, want v%s: run make set-version", tag[1], v)
+	for file, n := range map[string]int{"../base/kustomization.yaml": 2, "../components/dra/kustomization.yaml": 1} {
+		tags := regexp.MustCompile(`newTag: (\S+)`).FindAllStringSubmatch(read(file), -1)
+		if len(tags) != n {
+			t.Fatalf("%s has %d image tags, want %d", file, len(tags), n)
+		}
+		for _, tag := range tags {
+			if tag[1] != "v"+v {
+				t.Errorf("%s tags an image %s, want v%s: run make set-version", file, tag[1], v)
+			}
 		}
 	}
 }

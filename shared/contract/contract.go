@@ -38,10 +38,9 @@ const (
 	ConfigMapName = "single-gpu-device-plugin"
 	ConfigMapKey  = "selected-gpu-uuid"
 	// AppLabel is the label key of the daemons' pods; DevicePluginApp,
-	// DRAApp and NRIApp are its values, by which the doctor finds them.
+	// DRAApp (dra.go) and NRIApp are its values, by which the doctor finds them.
 	AppLabel        = "app.kubernetes.io/name"
 	DevicePluginApp = "single-gpu-device-plugin"
-	DRAApp          = "nvinject-dra"
 	NRIApp          = "nvinject-nri"
 	// DRADriver is nvinject's DRA driver name and DeviceClass name.
 	DRADriver = "gpu.nvinject.io"

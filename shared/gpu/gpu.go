@@ -39,6 +39,10 @@ type Device struct {
 	NUMANode   int
 	MIGEnabled bool
 	Node       DeviceNode
+	// Architecture ("Ampere") and ComputeCapability ("8.0") are empty when
+	// NVML does not report them.
+	Architecture      string
+	ComputeCapability string
 }
 
 // Link describes how two GPUs reach each other.

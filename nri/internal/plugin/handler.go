@@ -190,6 +190,15 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		return outcome{}, refuse(ReasonBadRequest, err)
 	}
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
+	claims := ""
+	if len(names) == 0 && hasNVIDIANode(ctr) {
+		if names, claims, err = h.claimNames(ctx, pod, ctr); err != nil {
+			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+		}
+		if claims != "" {
+			who += " (" + claims + ")"
+		}
+	}
 	if !h.handlers[pod.GetRuntimeHandler()] {
 		if ours := h.ours(slices.Concat(names, h.collector.AnyCDI(ctr))); len(ours) > 0 {
 			return outcome{}, refuse(ReasonRuntimeClass, fmt.Errorf("%s requests %s but runs with runtime handler %q; set runtimeClassName: %s in the pod spec",

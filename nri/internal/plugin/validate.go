@@ -56,6 +56,16 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if err != nil {
 		return nil, refuse(ReasonBadRequest, err)
 	}
+	claims := ""
+	if len(names) == 0 && hasNVIDIANode(ctr) {
+		// A DRA container: containerd applied its claims' CDI names itself.
+		if names, claims, err = h.claimNames(ctx, pod, ctr); err != nil {
+			return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+		}
+		if claims != "" {
+			who += " (" + claims + ")"
+		}
+	}
 	var res resolve.Result
 	if len(names) > 0 {
 		if res, err = h.resolver.Resolve(names, userOf(ctr)); err != nil {
@@ -83,6 +93,19 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 			return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
 		in.Kubelet = kubeletUUIDs(ids, res)
+		if len(ids) == 0 {
+			// No device-plugin GPU: the DRA driver's claims are kubelet's word.
+			uuids, held, err := h.claimUUIDs(ctx, pod, ctr, res)
+			if err != nil {
+				return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+			}
+			if held != "" {
+				in.Kubelet = uuids
+				if claims == "" {
+					who += " (" + held + ")"
+				}
+			}
+		}
 	}
 	if err := verify.Check(in); err != nil {
 		return nil, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))

@@ -50,6 +50,26 @@ func (c *Client) Close() error { return c.conn.Close() }
 // DeviceIDs returns the IDs of resource assigned to container ctr of pod
 // namespace/pod. Get is used where kubelet serves it, else List.
 func (c *Client) DeviceIDs(ctx context.Context, namespace, pod, ctr, resource string) ([]string, error) {
+	pr, err := c.get(ctx, namespace, pod)
+	if err != nil {
+		return nil, err
+	}
+	ids := []string{}
+	for _, cr := range pr.GetContainers() {
+		if cr.GetName() != ctr {
+			continue
+		}
+		for _, d := range cr.GetDevices() {
+			if d.GetResourceName() == resource {
+				ids = append(ids, d.GetDeviceIds()...)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+func (c *Client) get(ctx context.Context, namespace, pod string) (*podresv1.PodResources, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	res, err := c.api.Get(ctx, &podresv1.GetPodResourcesRequest{PodName: pod, PodNamespace: namespace})
@@ -68,19 +88,7 @@ func (c *Client) DeviceIDs(ctx context.Context, namespace, pod, ctr, resource st
 	if pr == nil {
 		return nil, fmt.Errorf("kubelet (%s) knows no pod %s/%s", c.socket, namespace, pod)
 	}
-	ids := []string{}
-	for _, cr := range pr.GetContainers() {
-		if cr.GetName() != ctr {
-			continue
-		}
-		for _, d := range cr.GetDevices() {
-			if d.GetResourceName() == resource {
-				ids = append(ids, d.GetDeviceIds()...)
-			}
-		}
-	}
-	slices.Sort(ids)
-	return ids, nil
+	return pr, nil
 }
 
 func (c *Client) list(ctx context.Context, namespace, pod string) (*podresv1.PodResources, error) {

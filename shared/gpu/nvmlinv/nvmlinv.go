@@ -175,6 +175,12 @@ func (i *Inventory) device(idx int, h nvml.Device) (gpu.Device, error) {
 	if numa, ret := h.GetNumaNodeId(); ret == nvml.SUCCESS {
 		d.NUMANode = numa
 	}
+	if arch, ret := h.GetArchitecture(); ret == nvml.SUCCESS {
+		d.Architecture = archNames[arch]
+	}
+	if major, minor, ret := h.GetCudaComputeCapability(); ret == nvml.SUCCESS {
+		d.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+	}
 	// MIG is unsupported on many GPUs: treat "not supported" as off.
 	if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS {
 		d.MIGEnabled = cur == nvml.DEVICE_MIG_ENABLE
@@ -220,6 +226,14 @@ func link(a, b nvml.Device) gpu.Link {
 		l.Level = int(lvl)
 	}
 	return l
+}
+
+// archNames are NVML's architecture names (nvml.h); others stay empty.
+var archNames = map[nvml.DeviceArchitecture]string{
+	nvml.DEVICE_ARCH_KEPLER: "Kepler", nvml.DEVICE_ARCH_MAXWELL: "Maxwell", nvml.DEVICE_ARCH_PASCAL: "Pascal",
+	nvml.DEVICE_ARCH_VOLTA: "Volta", nvml.DEVICE_ARCH_TURING: "Turing", nvml.DEVICE_ARCH_AMPERE: "Ampere",
+	nvml.DEVICE_ARCH_ADA: "Ada Lovelace", nvml.DEVICE_ARCH_HOPPER: "Hopper", nvml.DEVICE_ARCH_BLACKWELL: "Blackwell",
+	nvml.DEVICE_ARCH_RUBIN: "Rubin",
 }
 
 func busID(p nvml.PciInfo) string {

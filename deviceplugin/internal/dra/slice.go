@@ -1,0 +1,127 @@
+package dra
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// Taint values: why a device is tainted.
+const (
+	TaintXid        = "xid"
+	TaintLost       = "gpu-lost"
+	TaintMonitoring = "monitoring"
+)
+
+// Resources is the node's ResourceSlice content for the current health:
+// one pool named after the node, one slice, one device per GPU; an
+// Unhealthy GPU carries a NoSchedule taint so no new claim gets it, while
+// running pods keep it (their allocatedResourcesStatus says Unhealthy).
+func (d *Driver) Resources() resourceslice.DriverResources {
+	states := map[string]health.State{}
+	for _, s := range d.health.States() {
+		states[s.UUID] = s
+	}
+	now := time.Now()
+	devs := make([]resourceapi.Device, 0, len(d.devices))
+	d.mu.Lock()
+	for _, g := range d.devices {
+		dev := d.sliceDevice(g)
+		if s, ok := states[g.UUID]; ok && !s.Healthy {
+			since, seen := d.unhealthySince[g.UUID]
+			if !seen {
+				since = now
+				d.unhealthySince[g.UUID] = since
+			}
+			dev.Taints = []resourceapi.DeviceTaint{{
+				Key: contract.DRATaintKey, Value: TaintValue(s.Reason),
+				Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &metav1.Time{Time: since},
+			}}
+		} else {
+			delete(d.unhealthySince, g.UUID)
+		}
+		devs = append(devs, dev)
+	}
+	d.mu.Unlock()
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+		d.pool: {Slices: []resourceslice.Slice{{Devices: devs}}},
+	}}
+}
+
+// TaintValue condenses a tracker reason into a label value.
+func TaintValue(reason string) string {
+	switch {
+	case strings.HasPrefix(reason, "GPU lost"):
+		return TaintLost
+	case strings.HasPrefix(reason, "Xid "):
+		return TaintXid
+	}
+	return TaintMonitoring
+}
+
+func (d *Driver) sliceDevice(g Device) resourceapi.Device {
+	str := func(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &v} }
+	num := func(v int) resourceapi.DeviceAttribute {
+		i := int64(v)
+		return resourceapi.DeviceAttribute{IntValue: &i}
+	}
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		contract.DRAAttrUUID:                            str(g.UUID),
+		contract.DRAAttrProductName:                     str(g.Device.Name),
+		contract.DRAAttrIndex:                           num(g.Index),
+		contract.DRAAttrMinor:                           num(g.Minor),
+		deviceattribute.StandardDeviceAttributePCIBusID: str(g.PCIBusID),
+	}
+	version := func(name, v string) {
+		if sv, ok := SemVer(v); ok {
+			attrs[resourceapi.QualifiedName(name)] = resourceapi.DeviceAttribute{VersionValue: &sv}
+		}
+	}
+	version(contract.DRAAttrDriverVersion, d.node.DriverVersion)
+	version(contract.DRAAttrCUDADriverVersion, d.node.CUDAVersion)
+	version(contract.DRAAttrComputeCapability, g.ComputeCapability)
+	if g.Architecture != "" {
+		attrs[contract.DRAAttrArchitecture] = str(g.Architecture)
+	}
+	if g.NUMANode >= 0 {
+		attrs[contract.DRAAttrNUMANode] = num(g.NUMANode)
+		attrs[deviceattribute.StandardDeviceAttributeNUMANode] = num(g.NUMANode)
+	}
+	return resourceapi.Device{
+		Name:       g.Name,
+		Attributes: attrs,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			contract.DRACapacityMemory: {Value: *resource.NewQuantity(int64(g.MemoryBytes), resource.BinarySI)},
+		},
+	}
+}
+
+// SemVer turns NVIDIA's dotted versions ("580.95.05", "13.0", "8.0") into
+// the semantic versions VersionValue needs ("580.95.5", "13.0.0", "8.0.0").
+func SemVer(v string) (string, bool) {
+	parts := strings.Split(v, ".")
+	if v == "" || len(parts) > 3 {
+		return "", false
+	}
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 64)
+		if err != nil {
+			return "", false
+		}
+		parts[i] = strconv.FormatUint(n, 10)
+	}
+	return fmt.Sprintf("%s.%s.%s", parts[0], parts[1], parts[2]), true
+}

@@ -1,0 +1,77 @@
+package draconfig_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
+	"github.com/nvinject/nvinject/shared/cli"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestLoadDefaultsAndEnv(t *testing.T) {
+	c, err := draconfig.Load(nil, env(map[string]string{
+		"NODE_NAME": "worker", "NVIDIA_VISIBLE_DEVICES": "GPU-abc", "NVINJECT_NVML": "sim:a100-80gb",
+		"NVINJECT_KUBELET_PLUGINS_DIR": "/x/plugins",
+	}), &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeName != "worker" || c.VisibleDevices != "GPU-abc" || c.NVML != "sim:a100-80gb" || c.Kubeconfig != "" {
+		t.Errorf("config = %+v", c)
+	}
+	if c.StateDir != "/x/plugins/gpu.nvinject.io" || c.DriverPluginDir() != "/x/plugins/gpu.nvinject.io" {
+		t.Errorf("state dir %s, plugin dir %s; want both under /x/plugins/gpu.nvinject.io", c.StateDir, c.DriverPluginDir())
+	}
+	if c.MetricsAddr != ":9483" || c.LogFormat != "json" {
+		t.Errorf("metrics %s, log format %s", c.MetricsAddr, c.LogFormat)
+	}
+	// The command line wins over the environment.
+	c, err = draconfig.Load([]string{"--node-name=cli"}, env(map[string]string{"NODE_NAME": "env"}), &bytes.Buffer{}, &bytes.Buffer{})
+	if err != nil || c.NodeName != "cli" {
+		t.Errorf("node name %q, %v; want cli", c.NodeName, err)
+	}
+}
+
+func TestLoadRejects(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--node-name is empty"},
+		{[]string{"--node-name=n", "--nvml=gpu"}, "--nvml"},
+		{[]string{"--node-name=n", "--visible-devices=GPU-a,,"}, "NVIDIA_VISIBLE_DEVICES"},
+		{[]string{"--node-name=n", "--kubelet-plugins-dir=plugins"}, "absolute"},
+		{[]string{"--node-name=n", "--kubelet-plugins-dir=/" + strings.Repeat("p", 120)}, "107"},
+		{[]string{"--node-name=n", "--health-quiet-period=soon"}, "-health-quiet-period"},
+		{[]string{"--node-name=n", "--health-quiet-period=-1s"}, "--health-quiet-period=-1s is negative"},
+		{[]string{"--node-name=n", "extra"}, "unexpected arguments"},
+		{[]string{"--no-such-flag"}, "no-such-flag"},
+	} {
+		_, err := draconfig.Load(tc.args, env(nil), &bytes.Buffer{}, &bytes.Buffer{})
+		var ue cli.UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Load(%q) = %v; want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, arg := range []string{"--help", "--version"} {
+		var out bytes.Buffer
+		_, err := draconfig.Load([]string{arg}, env(nil), &out, &bytes.Buffer{})
+		if !draconfig.ErrHelp(err) || !strings.Contains(out.String(), "nvinject-dra") {
+			t.Errorf("%s: err %v, stdout %q", arg, err, out.String())
+		}
+	}
+	var out bytes.Buffer
+	_, _ = draconfig.Load([]string{"--help"}, env(nil), &out, &bytes.Buffer{})
+	for _, s := range []string{"NVIDIA_VISIBLE_DEVICES", "NODE_NAME", "NVINJECT_STATE_DIR", "gpu.nvinject.io"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("--help lacks %s", s)
+		}
+	}
+}

@@ -1,0 +1,336 @@
+// Package dradaemon wires nvinject-dra together: NVML (real or simulated),
+// the device plugin's GPU selection, the one CDI spec, the health tracker,
+// the DRA driver (internal/dra) behind k8s.io/dynamic-resource-allocation's
+// kubeletplugin helper (registration, DRA and health gRPC services,
+// ResourceSlice publication), and the metrics/health endpoints. Every
+// goroutine belongs to one errgroup and is waited for.
+package dradaemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
+	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
+	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
+	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/deviceplugin/internal/simdebug"
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/gpu/backend"
+	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
+	"github.com/nvinject/nvinject/shared/httpserve"
+)
+
+// Daemon is one nvinject-dra process.
+type Daemon struct {
+	cfg     draconfig.Config
+	log     *slog.Logger
+	open    func(string, backend.Options) (*backend.Backend, error)
+	client  kubernetes.Interface
+	recover <-chan struct{}
+	grace   time.Duration
+	resend  time.Duration
+	lease   time.Duration
+	onStart func(*dra.Driver)
+
+	notReady atomic.Pointer[string]
+	tracker  atomic.Pointer[health.Tracker]
+	sim      atomic.Pointer[backend.Backend]
+}
+
+// Option configures a Daemon.
+type Option func(*Daemon)
+
+// WithRecoverAll marks every GPU Healthy again on each receive (SIGHUP).
+func WithRecoverAll(ch <-chan struct{}) Option { return func(d *Daemon) { d.recover = ch } }
+
+// WithOpen replaces how NVML is opened (tests).
+func WithOpen(f func(string, backend.Options) (*backend.Backend, error)) Option {
+	return func(d *Daemon) { d.open = f }
+}
+
+// WithKubeClient replaces the API client built from --kubeconfig (tests).
+func WithKubeClient(c kubernetes.Interface) Option { return func(d *Daemon) { d.client = c } }
+
+// WithTimings sets the health start grace, the health report resend
+// interval and the health timeout kubelet applies (tests shorten them).
+func WithTimings(grace, resend, lease time.Duration) Option {
+	return func(d *Daemon) { d.grace, d.resend, d.lease = grace, resend, lease }
+}
+
+// WithOnStart is called with the driver once it serves (tests, benchmarks).
+func WithOnStart(f func(*dra.Driver)) Option { return func(d *Daemon) { d.onStart = f } }
+
+// New returns a daemon for cfg.
+func New(cfg draconfig.Config, log *slog.Logger, opts ...Option) *Daemon {
+	d := &Daemon{cfg: cfg, log: log, open: backend.Open, grace: 500 * time.Millisecond, resend: 10 * time.Second, lease: 30 * time.Second, onStart: func(*dra.Driver) {}}
+	for _, o := range opts {
+		o(d)
+	}
+	d.setNotReady("starting")
+	return d
+}
+
+func (d *Daemon) setNotReady(why string) { d.notReady.Store(&why) }
+
+// Ready is nil once kubelet accepted the registration, else why not.
+func (d *Daemon) Ready() error {
+	if p := d.notReady.Load(); p != nil {
+		return errors.New(*p)
+	}
+	return nil
+}
+
+// Run runs until ctx ends or a part fails; it returns the first failure.
+func (d *Daemon) Run(ctx context.Context) error {
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
+	web := httpserve.New(d.cfg.MetricsAddr, reg, httpserve.WithLogger(d.log), httpserve.WithReady(d.Ready))
+	if d.cfg.NVML != backend.Real {
+		for pattern, h := range simdebug.Routes(simInjector{d}, trackerRecoverer{d}) {
+			web.Handle(pattern, h)
+		}
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return web.Run(ctx) })
+	g.Go(func() error { return d.serve(ctx, g, m) })
+	return g.Wait()
+}
+
+func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error {
+	client, err := d.kubeClient()
+	if err != nil {
+		return err
+	}
+	b, err := d.open(d.cfg.NVML, backend.Options{DriverRoot: d.cfg.DriverRoot})
+	if err != nil {
+		return fmt.Errorf("cannot open NVML (--nvml=%s): %w", d.cfg.NVML, err)
+	}
+	if b.Sim != nil {
+		d.sim.Store(b)
+	}
+	g.Go(func() error {
+		<-ctx.Done()
+		return b.Close()
+	})
+	node, err := b.Discover(ctx)
+	if err != nil {
+		return fmt.Errorf("discover GPUs: %w", err)
+	}
+	selected, skipped, err := gpuselect.Select(node.Devices, d.cfg.Selector, d.cfg.MIGStrategy)
+	if err != nil {
+		return err
+	}
+	for _, s := range skipped {
+		d.log.Warn("GPU not published", "uuid", s.Device.UUID, "reason", s.Reason)
+	}
+	if len(selected) == 0 {
+		return fmt.Errorf("no GPU to publish: NVIDIA_VISIBLE_DEVICES=%s selects none of the node's %d GPUs; set it (ConfigMap key %s) to a GPU UUID, index or all", contract.Quote(d.cfg.VisibleDevices), len(node.Devices), contract.ConfigMapKey)
+	}
+
+	// The one CDI spec: the device plugin's generator and file name, so the
+	// NRI plugin and containerd resolve the same names on either path.
+	gen := spec.New(spec.WithVendor(d.cfg.CDIVendor), spec.WithClass(d.cfg.CDIClass), spec.WithDriverRoot(d.cfg.DriverRoot), spec.WithHostDriverRoot(d.cfg.HostDriverRoot))
+	s, err := gen.Generate(node, selected)
+	if err != nil {
+		return fmt.Errorf("generate the CDI spec: %w", err)
+	}
+	path, changed, err := spec.Write(d.cfg.CDISpecDir, s)
+	if err != nil {
+		return fmt.Errorf("write the CDI spec: %w; check that --cdi-spec-dir is writable", err)
+	}
+	d.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(selected))
+
+	tracker := health.New(uuidsOf(selected),
+		health.WithLogger(d.log), health.WithIgnoredXids(d.cfg.IgnoredXids), health.WithQuietPeriod(d.cfg.QuietPeriod),
+		health.WithStartGrace(d.grace), health.WithObserver(m.observeEvent))
+	d.tracker.Store(tracker)
+	g.Go(func() error {
+		tracker.Run(ctx, b)
+		return nil
+	})
+	g.Go(func() error { return d.recoverOnSignal(ctx, tracker) })
+
+	if err := os.MkdirAll(d.cfg.DriverPluginDir(), 0o750); err != nil {
+		return fmt.Errorf("create the plugin dir %s: %w; check --kubelet-plugins-dir", d.cfg.DriverPluginDir(), err)
+	}
+	state, err := dracheckpoint.Open(d.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	fatal := make(chan error, 1)
+	drv, err := dra.New(d.cfg.NodeName, node, selected, gen.QualifiedName, tracker, state,
+		dra.WithLogger(d.log), dra.WithMetrics(m), dra.WithHealthTiming(d.resend, d.lease),
+		dra.WithClaimLookup(func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+			c, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil, nil
+			}
+			return c, err
+		}),
+		dra.WithFatal(func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		}))
+	if err != nil {
+		return err
+	}
+	for _, dev := range drv.Devices() {
+		d.log.Info("publishing GPU", "device", dev.Name, "uuid", dev.UUID, "name", dev.Device.Name, "numa", dev.NUMANode, "cdi_device", dev.CDIName)
+	}
+	d.log.Info("checkpoint loaded", "path", state.Path(), "prepared_claims", state.Len())
+	g.Go(func() error { return d.watchHealthMetric(ctx, tracker, drv, m) })
+
+	d.setNotReady("not registered with kubelet yet (registration socket in " + d.cfg.RegistrarDir + ")")
+	kctx := klog.NewContext(ctx, logr.FromSlogHandler(d.log.Handler()))
+	helper, err := kubeletplugin.Start(kctx, drv,
+		kubeletplugin.DriverName(contract.DRADriver), kubeletplugin.NodeName(d.cfg.NodeName), kubeletplugin.KubeClient(client),
+		kubeletplugin.RegistrarDirectoryPath(d.cfg.RegistrarDir), kubeletplugin.PluginDataDirectoryPath(d.cfg.DriverPluginDir()),
+		kubeletplugin.GRPCInterceptor(d.registrationSeen(m)))
+	if err != nil {
+		return fmt.Errorf("start the kubelet plugin (registrar dir %s, plugin dir %s): %w; check that both exist on the host and are mounted at the same paths", d.cfg.RegistrarDir, d.cfg.DriverPluginDir(), err)
+	}
+	g.Go(func() error {
+		<-ctx.Done()
+		helper.Stop()
+		return nil
+	})
+	g.Go(func() error { return drv.Publish(ctx, helper) })
+	d.onStart(drv)
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-fatal:
+		return err
+	}
+}
+
+func (d *Daemon) kubeClient() (kubernetes.Interface, error) {
+	if d.client != nil {
+		return d.client, nil
+	}
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if d.cfg.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", d.cfg.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API server configuration (--kubeconfig=%s): %w; give a kubeconfig, or run in a pod with a service account (a node without kube-proxy: set KUBERNETES_SERVICE_HOST/PORT to the API server's address)", contract.Quote(d.cfg.Kubeconfig), err)
+	}
+	cfg.UserAgent = draconfig.Name
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)
+	}
+	return c, nil
+}
+
+// registrationSeen is a gRPC interceptor on the helper's servers: kubelet's
+// NotifyRegistrationStatus flips readiness. (Helper.RegistrationStatus is
+// not safe to poll while kubelet calls.)
+func (d *Daemon) registrationSeen(m *metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if st, ok := req.(*registerapi.RegistrationStatus); ok {
+			if st.PluginRegistered {
+				d.log.Info("registered with kubelet", "driver", contract.DRADriver)
+				m.registered.Set(1)
+				d.notReady.Store(nil)
+			} else {
+				d.log.Error("kubelet refused the registration", "driver", contract.DRADriver, "error", st.Error)
+				m.registered.Set(0)
+				d.setNotReady("kubelet refused the registration: " + st.Error)
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+func (d *Daemon) watchHealthMetric(ctx context.Context, t *health.Tracker, drv *dra.Driver, m *metrics) error {
+	changed, cancel := t.Subscribe()
+	defer cancel()
+	names := map[string]string{}
+	for _, dev := range drv.Devices() {
+		names[dev.UUID] = dev.Name
+	}
+	for {
+		for _, s := range t.States() {
+			v := 0.0
+			if s.Healthy {
+				v = 1
+			}
+			m.healthy.WithLabelValues(s.UUID, names[s.UUID]).Set(v)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+func (d *Daemon) recoverOnSignal(ctx context.Context, t *health.Tracker) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.recover:
+			d.log.Info("operator recovery: marking every GPU's Xid and loss cleared")
+			t.RecoverAll()
+		}
+	}
+}
+
+func uuidsOf(devs []gpu.Device) []string {
+	out := make([]string, len(devs))
+	for i, dv := range devs {
+		out[i] = dv.UUID
+	}
+	return out
+}
+
+type simInjector struct{ d *Daemon }
+
+func (s simInjector) InjectXid(uuid string, xid uint64) error {
+	b := s.d.sim.Load()
+	if b == nil {
+		return errors.New("the simulated node is not open yet")
+	}
+	return b.Sim.InjectXid(uuid, xid)
+}
+
+type trackerRecoverer struct{ d *Daemon }
+
+func (r trackerRecoverer) Recover(uuid string) error {
+	t := r.d.tracker.Load()
+	if t == nil {
+		return errors.New("health tracking has not started yet")
+	}
+	return t.Recover(uuid)
+}

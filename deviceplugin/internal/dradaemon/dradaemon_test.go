@@ -1,0 +1,305 @@
+package dradaemon
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nvinject/nvinject/cdi/simulation/simtest"
+	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
+	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
+	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu/backend"
+	"github.com/nvinject/nvinject/shared/gpu/sim"
+)
+
+const nodeName = "node-a"
+
+var driverRoots = map[string]string{}
+
+func driverRoot(t testing.TB, nvml string) string {
+	if d, ok := driverRoots[nvml]; ok {
+		return d
+	}
+	dir, err := os.MkdirTemp("", "nvdra-root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	simtest.DriverRoot(t, nvml, dir)
+	driverRoots[nvml] = filepath.Join(dir, "driver-root")
+	return driverRoots[nvml]
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range driverRoots {
+		_ = os.RemoveAll(filepath.Dir(d))
+	}
+	os.Exit(code)
+}
+
+// rig is nvinject-dra on a simulated node, with a fake API server and this
+// test playing kubelet over the real unix sockets.
+type rig struct {
+	dir    string
+	client *fake.Clientset
+	cfg    draconfig.Config
+	sim    *sim.Node
+	d      *Daemon
+	stop   func()
+	done   chan error
+}
+
+func newRig(t testing.TB, nvml string) *rig {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nvdra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{dir: dir, client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})}
+	r.cfg, err = draconfig.Load([]string{"--nvml=" + nvml, "--node-name=" + nodeName, "--driver-root=" + driverRoot(t, nvml),
+		"--cdi-spec-dir=" + filepath.Join(dir, "cdi"), "--kubelet-registrar-dir=" + filepath.Join(dir, "registry"),
+		"--kubelet-plugins-dir=" + filepath.Join(dir, "plugins"), "--metrics-addr=", "--health-quiet-period=0"},
+		func(string) string { return "" }, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.start(t)
+	return r
+}
+
+func (r *rig) start(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	open := func(v string, o backend.Options) (*backend.Backend, error) {
+		b, err := backend.Open(v, o)
+		if err == nil {
+			r.sim = b.Sim
+		}
+		return b, err
+	}
+	r.d = New(r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithOpen(open), WithKubeClient(r.client),
+		WithTimings(20*time.Millisecond, 100*time.Millisecond, time.Second),
+		WithOnStart(func(*dra.Driver) { close(started) }))
+	r.done = make(chan error, 1)
+	go func() { r.done <- r.d.Run(ctx) }()
+	select {
+	case <-started:
+	case err := <-r.done:
+		t.Fatalf("daemon ended before serving: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not start")
+	}
+	done := r.done
+	r.stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon ended with %v", err)
+		}
+	})
+	t.Cleanup(r.stop)
+}
+
+func (r *rig) restart(t testing.TB) {
+	r.stop()
+	r.start(t)
+}
+
+func dial(t testing.TB, path string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// register plays kubelet's plugin watcher: GetInfo, then accept.
+func (r *rig) register(t testing.TB) *registerapi.PluginInfo {
+	t.Helper()
+	reg := registerapi.NewRegistrationClient(dial(t, filepath.Join(r.cfg.RegistrarDir, contract.DRADriver+"-reg.sock")))
+	info, err := reg.GetInfo(context.Background(), &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.NotifyRegistrationStatus(context.Background(), &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "readiness after registration", func() bool { return r.d.Ready() == nil })
+	until(t, "every GPU Healthy", func() bool {
+		tr := r.d.tracker.Load()
+		return tr != nil && !slices.ContainsFunc(tr.States(), func(s health.State) bool { return !s.Healthy })
+	})
+	return info
+}
+
+func until(t testing.TB, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if ok() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func (r *rig) slice(t testing.TB) resourceapi.ResourceSlice {
+	t.Helper()
+	var got resourceapi.ResourceSlice
+	until(t, "the ResourceSlice", func() bool {
+		l, err := r.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		if err != nil || len(l.Items) != 1 {
+			return false
+		}
+		got = l.Items[0]
+		return true
+	})
+	return got
+}
+
+func (r *rig) claim(t testing.TB, name, uid, device string) *drapbv1.Claim {
+	t.Helper()
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)}}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpu", Driver: contract.DRADriver, Pool: nodeName, Device: device},
+	}}}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: types.UID(uid + "-pod")}}
+	if _, err := r.client.ResourceV1().ResourceClaims("default").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &drapbv1.Claim{Namespace: "default", Name: name, Uid: uid}
+}
+
+func (r *rig) dra(t testing.TB) drapbv1.DRAPluginClient {
+	return drapbv1.NewDRAPluginClient(dial(t, filepath.Join(r.cfg.DriverPluginDir(), "dra.sock")))
+}
+
+// The whole node side of DRA over the real sockets: registration with the
+// health service advertised, the ResourceSlice, NodePrepareResources with
+// the shared CDI spec's name, idempotent and surviving a driver restart,
+// and NodeUnprepareResources.
+func TestPrepareOverSocketsAcrossRestart(t *testing.T) {
+	r := newRig(t, "sim:a100-80gb*2")
+	info := r.register(t)
+	if !strings.Contains(strings.Join(info.SupportedVersions, ","), "DRAResourceHealth") || info.Name != contract.DRADriver {
+		t.Errorf("registration info %+v: want driver %s with the DRAResourceHealth service", info, contract.DRADriver)
+	}
+	s := r.slice(t)
+	if s.Spec.Driver != contract.DRADriver || s.Spec.NodeName == nil || *s.Spec.NodeName != nodeName || len(s.Spec.Devices) != 2 {
+		t.Fatalf("slice = %+v", s.Spec)
+	}
+	uuid1 := sim.UUID("a100-80gb", 1)
+	if u := s.Spec.Devices[1].Attributes["uuid"].StringValue; s.Spec.Devices[1].Name != "gpu-1" || u == nil || *u != uuid1 {
+		t.Errorf("device 1 = %s %v, want gpu-1 with uuid %s", s.Spec.Devices[1].Name, u, uuid1)
+	}
+	spec, err := os.ReadFile(filepath.Join(r.cfg.CDISpecDir, "nvidia.com-gpu.yaml"))
+	if err != nil || !strings.Contains(string(spec), uuid1) {
+		t.Fatalf("the shared CDI spec lacks %s: %v", uuid1, err)
+	}
+
+	claim := r.claim(t, "vllm-gpu", "uid-1", "gpu-1")
+	want := contract.CDIKind(contract.CDIVendor, contract.CDIClass) + "=" + uuid1
+	check := func(c drapbv1.DRAPluginClient, when string) {
+		t.Helper()
+		resp, err := c.NodePrepareResources(context.Background(), &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{claim}})
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		got := resp.Claims["uid-1"]
+		if got.GetError() != "" || len(got.GetDevices()) != 1 || strings.Join(got.Devices[0].CdiDeviceIds, ",") != want {
+			t.Fatalf("%s: prepare = %+v, want %s", when, got, want)
+		}
+	}
+	c := r.dra(t)
+	check(c, "first prepare")
+	check(c, "repeated prepare")
+	r.restart(t)
+	r.register(t)
+	c = r.dra(t)
+	check(c, "prepare after a driver restart")
+	// A second claim for the same GPU is refused, naming the holder.
+	second := r.claim(t, "other", "uid-2", "gpu-1")
+	resp, err := c.NodePrepareResources(context.Background(), &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{second}})
+	if err != nil || !strings.Contains(resp.Claims["uid-2"].GetError(), "default/vllm-gpu") {
+		t.Fatalf("second claim on gpu-1: %v %v; want a refusal naming default/vllm-gpu", resp, err)
+	}
+	un, err := c.NodeUnprepareResources(context.Background(), &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{claim}})
+	if err != nil || un.Claims["uid-1"].GetError() != "" {
+		t.Fatalf("unprepare: %v %v", un, err)
+	}
+	resp, err = c.NodePrepareResources(context.Background(), &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{second}})
+	if err != nil || resp.Claims["uid-2"].GetError() != "" {
+		t.Fatalf("second claim after unprepare: %v %v", resp, err)
+	}
+}
+
+// An Xid taints the device and the health stream says Unhealthy; recovery
+// reverses both.
+func TestXidTaintsAndHealthStream(t *testing.T) {
+	r := newRig(t, "sim:a100-80gb")
+	r.register(t)
+	r.slice(t)
+	uuid := sim.UUID("a100-80gb", 0)
+	conn := dial(t, filepath.Join(r.cfg.DriverPluginDir(), "dra.sock"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := drahealthv1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHealth := func(want drahealthv1.HealthStatus) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := resp.Devices[0]; d.Health == want && d.Device.DeviceName == "gpu-0" && d.Device.PoolName == nodeName {
+				return
+			}
+		}
+		t.Fatalf("health stream never said %s", want)
+	}
+	tainted := func() bool {
+		l, err := r.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(l.Items) == 1 && len(l.Items[0].Spec.Devices[0].Taints) == 1 &&
+			l.Items[0].Spec.Devices[0].Taints[0].Key == contract.DRATaintKey
+	}
+	waitHealth(drahealthv1.HealthStatus_HEALTHY)
+	until(t, "an untainted slice", func() bool { return !tainted() })
+	if err := r.sim.InjectXid(uuid, 79); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(drahealthv1.HealthStatus_UNHEALTHY)
+	until(t, "the taint", tainted)
+	if err := (trackerRecoverer{d: r.d}).Recover(uuid); err != nil {
+		t.Fatal(err)
+	}
+	waitHealth(drahealthv1.HealthStatus_HEALTHY)
+	until(t, "the taint removed", func() bool { return !tainted() })
+}

@@ -1,0 +1,66 @@
+package dradaemon
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu"
+)
+
+// metrics are nvinject-dra's collectors; they implement dra.Metrics.
+type metrics struct {
+	prepares, unprepares *prometheus.CounterVec
+	prepared             prometheus.Gauge
+	streams              prometheus.Gauge
+	background           prometheus.Counter
+	healthEvents         *prometheus.CounterVec
+	healthy              *prometheus.GaugeVec
+	registered           prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		prepares: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: contract.MetricDRAPrepares, Help: "Claims answered in NodePrepareResources, by result (ok, error).",
+		}, []string{"result"}),
+		unprepares: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: contract.MetricDRAUnprepares, Help: "Claims answered in NodeUnprepareResources, by result (ok, not-prepared, error).",
+		}, []string{"result"}),
+		prepared: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: contract.MetricDRAPrepared, Help: "Claims prepared on this node (the checkpoint's entries).",
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: contract.MetricDRAHealthStreams, Help: "Open KEP-4680 NodeWatchResources streams from kubelet.",
+		}),
+		background: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: contract.MetricDRABackgroundErrors, Help: "Background errors (ResourceSlice publication, gRPC servers).",
+		}),
+		healthEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: contract.MetricDRAHealthEvents, Help: "NVML health events received, by kind (xid, gpu-lost), Xid and whether policy ignored them.",
+		}, []string{"kind", "xid", "ignored"}),
+		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: contract.MetricDRADeviceHealthy, Help: "1 when the published GPU is Healthy, 0 when Unhealthy (tainted).",
+		}, []string{"uuid", "device"}),
+		registered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: contract.MetricDRARegistered, Help: "1 once kubelet accepted the plugin's registration.",
+		}),
+	}
+	reg.MustRegister(m.prepares, m.unprepares, m.prepared, m.streams, m.background, m.healthEvents, m.healthy, m.registered)
+	return m
+}
+
+func (m *metrics) Prepared(result string)   { m.prepares.WithLabelValues(result).Inc() }
+func (m *metrics) Unprepared(result string) { m.unprepares.WithLabelValues(result).Inc() }
+func (m *metrics) SetPreparedClaims(n int)  { m.prepared.Set(float64(n)) }
+func (m *metrics) HealthStream(delta int)   { m.streams.Add(float64(delta)) }
+func (m *metrics) BackgroundError()         { m.background.Inc() }
+
+func (m *metrics) observeEvent(e gpu.HealthEvent, ignored bool) {
+	xid := ""
+	if e.Kind == gpu.EventXid {
+		xid = strconv.FormatUint(e.Xid, 10)
+	}
+	m.healthEvents.WithLabelValues(e.Kind.String(), xid, strconv.FormatBool(ignored)).Inc()
+}

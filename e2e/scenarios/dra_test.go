@@ -1,0 +1,459 @@
+package scenarios
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nvinject/nvinject/e2e/simnode"
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// TestDRA moves the node from the device plugin to nvinject-dra by label,
+// runs the DRA scenarios on it, and moves it back, in one ordered run:
+// each step needs the node in the state the previous one left.
+func TestDRA(t *testing.T) {
+	d := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if err := d.ImportDRAImage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("DRA manifests pass the API server's dry run", func(t *testing.T) {
+		repo, _ := filepath.Abs(filepath.Join("..", ".."))
+		for _, args := range [][]string{
+			{"-k", filepath.Join(repo, "deploy", "overlays", "dra-node")},
+			{"-k", filepath.Join(repo, "deploy", "overlays", "local-sim-dra")},
+			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "gpu-80gb-claim.yaml")},
+		} {
+			out, err := d.Kube().Kubectl(ctx, "", append([]string{"apply", "--dry-run=server"}, args...)...)
+			if err != nil || !strings.Contains(out, "(server dry run)") {
+				t.Errorf("%s: %v\n%s", args[1], err, out)
+			}
+		}
+	})
+	figures := map[string][]time.Duration{}
+	podStart := func(t *testing.T, name string, s podSpec, claim string) time.Duration {
+		t.Helper()
+		t0 := time.Now()
+		createDRAPod(t, ctx, name, s, claim)
+		waitPod(t, ctx, name, 2*time.Minute, "Running", running)
+		return time.Since(t0)
+	}
+	if !t.Run("device plugin anchor", func(t *testing.T) {
+		for i := range 3 {
+			name := "dp-start-" + strconv.Itoa(i)
+			figures["device-plugin pod create to Running"] = append(figures["device-plugin pod create to Running"], podStart(t, name, gpuPod, ""))
+			deletePod(t, name)
+		}
+		if rss, err := processRSS("nvinject-device-plugin"); err == nil {
+			t.Logf("FIGURE idle RSS nvinject-device-plugin (anchor): %d KiB", rss)
+		}
+	}) {
+		return
+	}
+
+	switched := false
+	t.Cleanup(func() {
+		if !switched {
+			return
+		}
+		sw, err := d.SwitchToDevicePlugin(context.Background(), dep, 3*time.Minute)
+		if err != nil {
+			t.Errorf("switch back to the device plugin: %v", err)
+			return
+		}
+		t.Logf("FIGURE switch DRA -> device plugin: nvinject-dra gone %s, allocatable 1 after %s, device plugin Ready and kubelet offering the GPU after %s",
+			sw.OldOwnerGone.Round(time.Millisecond), sw.Allocatable.Round(time.Millisecond), sw.Ready.Round(time.Millisecond))
+	})
+	if !t.Run("switch to DRA", func(t *testing.T) {
+		sw, err := d.SwitchToDRA(ctx, dep, 3*time.Minute)
+		switched = true
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("FIGURE switch device plugin -> DRA: device plugin gone %s, allocatable nvidia.com/gpu 0 after %s, nvinject-dra Ready with its ResourceSlice after %s; capacity then %d",
+			sw.OldOwnerGone.Round(time.Millisecond), sw.Allocatable.Round(time.Millisecond), sw.Ready.Round(time.Millisecond), sw.Capacity)
+		s, err := d.ResourceSlice(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSliceDevice(t, s, false)
+		if _, err := d.Kube().Client.ResourceV1().DeviceClasses().Get(ctx, contract.DRADriver, metav1.GetOptions{}); err != nil {
+			t.Fatalf("DeviceClass %s: %v", contract.DRADriver, err)
+		}
+		if rss, err := processRSS("nvinject-dra"); err == nil {
+			t.Logf("FIGURE idle RSS nvinject-dra: %d KiB", rss)
+		} else {
+			t.Log(err)
+		}
+	}) {
+		return
+	}
+
+	t.Run("seed vLLM Deployment unchanged", func(t *testing.T) {
+		t0 := time.Now()
+		pod := runVLLMOnSelectedGPU(t, ctx, d)
+		t.Logf("vLLM stand-in Ready %s after apply", time.Since(t0).Round(time.Millisecond))
+		s := pod.Status.ExtendedResourceClaimStatus
+		if s == nil || s.ResourceClaimName == "" || len(s.RequestMappings) != 1 || s.RequestMappings[0].ResourceName != contract.ResourceName {
+			t.Fatalf("pod %s status.extendedResourceClaimStatus = %+v, want a claim for %s", pod.Name, s, contract.ResourceName)
+		}
+		checkAllocated(t, ctx, pod)
+		t.Logf("pod %s: extendedResourceClaimStatus names ResourceClaim %s (request %s)", pod.Name, s.ResourceClaimName, s.RequestMappings[0].RequestName)
+
+		createDRAPod(t, ctx, "dra-second", gpuPod, "")
+		msg := waitEvent(t, ctx, "dra-second", "FailedScheduling", "0/1 nodes are available")
+		waitPod(t, ctx, "dra-second", 5*time.Second, "Pending and unbound", func(p *corev1.Pod) bool { return p.Status.Phase == "Pending" && p.Spec.NodeName == "" })
+		t.Logf("second GPU pod Pending: %s", msg)
+	})
+
+	t.Run("claim pod timings", func(t *testing.T) {
+		for i := range 3 {
+			name := "dra-start-" + strconv.Itoa(i)
+			figures["DRA extended-resource pod create to Running"] = append(figures["DRA extended-resource pod create to Running"], podStart(t, name, gpuPod, ""))
+			deletePod(t, name)
+		}
+		createTemplate(t, ctx)
+		for i := range 3 {
+			name := "dra-claim-" + strconv.Itoa(i)
+			figures["DRA ResourceClaimTemplate pod create to Running"] = append(figures["DRA ResourceClaimTemplate pod create to Running"], podStart(t, name, podSpec{runtimeClass: true}, "gpu-80gb"))
+			if got := containerGPUs(t, ctx, name); !slices.Equal(got, []string{dep.UUID}) {
+				t.Errorf("claim pod %s sees %v, want exactly %s", name, got, dep.UUID)
+			}
+			deletePod(t, name)
+		}
+	})
+
+	// From here on the pods ask by ResourceClaimTemplate: kubelet 1.37's
+	// device manager fails nvidia.com/gpu containers with "endpoint not found
+	// in cache for a registered resource" once the stopped device plugin's
+	// 5-minute endpoint grace has passed (GetDeviceRunContainerOptions lacks
+	// Allocate's DRA extended-resource check); see deviceplugin/DRA.md.
+	t.Run("Xid taints the device and the pod's health", func(t *testing.T) {
+		createTemplate(t, ctx)
+		createDRAPod(t, ctx, "dra-xid", podSpec{runtimeClass: true}, "gpu-80gb")
+		waitPod(t, ctx, "dra-xid", 2*time.Minute, "Running", running)
+		if err := d.DRASimDebug(ctx, "xid", "uuid="+dep.UUID+"&xid=79"); err != nil {
+			t.Fatal(err)
+		}
+		recovered := false
+		t.Cleanup(func() {
+			if !recovered {
+				_ = d.DRASimDebug(context.Background(), "recover", "uuid="+dep.UUID)
+			}
+		})
+		t0 := time.Now()
+		waitTaint(t, ctx, true)
+		tTaint := time.Since(t0)
+		p := waitPod(t, ctx, "dra-xid", time.Minute, "allocatedResourcesStatus Unhealthy", healthIs(corev1.ResourceHealthStatusUnhealthy))
+		t.Logf("FIGURE Xid 79: device tainted after %s, pod allocatedResourcesStatus Unhealthy after %s: %+v",
+			tTaint.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond), p.Status.ContainerStatuses[0].AllocatedResourcesStatus)
+		if err := d.DRASimDebug(ctx, "recover", "uuid="+dep.UUID); err != nil {
+			t.Fatal(err)
+		}
+		recovered = true
+		t0 = time.Now()
+		waitTaint(t, ctx, false)
+		waitPod(t, ctx, "dra-xid", time.Minute, "allocatedResourcesStatus Healthy", healthIs(corev1.ResourceHealthStatusHealthy))
+		t.Logf("recovered: taint removed and allocatedResourcesStatus Healthy after %s", time.Since(t0).Round(time.Millisecond))
+		deletePod(t, "dra-xid")
+	})
+
+	for _, restart := range []string{"kubelet", "nvinject-dra"} {
+		t.Run(restart+" restart with a claim prepared", func(t *testing.T) {
+			name := "dra-keep-" + strings.TrimPrefix(restart, "nvinject-")
+			createTemplate(t, ctx)
+			createDRAPod(t, ctx, name, podSpec{runtimeClass: true}, "gpu-80gb")
+			before := waitPod(t, ctx, name, 2*time.Minute, "Running", running)
+			t0 := time.Now()
+			if restart == "kubelet" {
+				if err := d.Node().Restart(ctx, "kubelet"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				restartDRA(t, ctx)
+			}
+			waitDRARegistered(t, ctx)
+			t.Logf("%s restarted; nvinject-dra registered again after %s", restart, time.Since(t0).Round(time.Millisecond))
+			after := waitPod(t, ctx, name, time.Minute, "Running", running)
+			if after.UID != before.UID || after.Status.ContainerStatuses[0].RestartCount != before.Status.ContainerStatuses[0].RestartCount {
+				t.Errorf("pod %s was replaced or restarted", name)
+			}
+			// Exec goes through kubelet, which needs a moment after its
+			// restart before it serves the pod again.
+			var got string
+			err := simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
+				out, err := d.Kube().Exec(ctx, ns, name, "", "nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader")
+				got = strings.TrimSpace(out)
+				return err
+			})
+			if err != nil || got != dep.UUID {
+				t.Errorf("after the restart %s sees %q (%v), want %s", name, got, err, dep.UUID)
+			}
+			deletePod(t, name)
+			next := name + "-next"
+			createDRAPod(t, ctx, next, podSpec{runtimeClass: true}, "gpu-80gb")
+			waitPod(t, ctx, next, 2*time.Minute, "Running", running)
+			deletePod(t, next)
+			if restart == "kubelet" {
+				// Does the restart clear the device manager's stale
+				// nvidia.com/gpu entry (see the note above)? Reported, not asserted.
+				createDRAPod(t, ctx, "dra-ext-after-restart", gpuPod, "")
+				p, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, "dra-ext-after-restart", metav1.GetOptions{})
+				for deadline := time.Now().Add(90 * time.Second); err == nil && !running(p) && time.Now().Before(deadline); time.Sleep(time.Second) {
+					p, err = d.Kube().Client.CoreV1().Pods(ns).Get(ctx, "dra-ext-after-restart", metav1.GetOptions{})
+				}
+				if err == nil {
+					t.Logf("nvidia.com/gpu pod after the kubelet restart: running=%v %s", running(p), describe(p))
+				}
+				deletePod(t, "dra-ext-after-restart")
+			}
+		})
+	}
+
+	t.Run("NRI refuses a claim pod without runtimeClassName", func(t *testing.T) {
+		createTemplate(t, ctx)
+		createDRAPod(t, ctx, "dra-no-rc", podSpec{}, "gpu-80gb")
+		p := waitPod(t, ctx, "dra-no-rc", 2*time.Minute, "CreateContainerError", createError)
+		_, msg := waitingReason(p)
+		if !strings.Contains(msg, "runtimeClassName: nvidia") || !strings.Contains(msg, dep.UUID) {
+			t.Errorf("CreateContainerError message = %q, want nvinject's refusal naming the claimed GPU and runtimeClassName: nvidia", msg)
+		}
+		t.Logf("refused: %s", msg)
+	})
+
+	for what, ds := range figures {
+		slices.Sort(ds)
+		t.Logf("FIGURE %s: min %s median %s max %s (n=%d)", what, ds[0].Round(time.Millisecond), ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond), len(ds))
+	}
+}
+
+// createDRAPod is createPod with, when claim is set, the pod's GPU from
+// ResourceClaimTemplate claim instead of the nvidia.com/gpu limit.
+func createDRAPod(t *testing.T, ctx context.Context, name string, s podSpec, claim string) {
+	t.Helper()
+	if claim == "" {
+		createPod(t, ctx, name, s)
+		return
+	}
+	d := need(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"nvinject-e2e": "true"}, Annotations: map[string]string{}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &claim}},
+			Containers: []corev1.Container{{
+				Name: "main", Image: simnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command:   []string{"/bin/sh", "-c", "sleep 3600"},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
+			}},
+		},
+	}
+	if s.runtimeClass {
+		rc := contract.RuntimeHandler
+		pod.Spec.RuntimeClassName = &rc
+		pod.Annotations[contract.RequiredPluginsAnnotation] = `["` + contract.NRIPluginName + `"]`
+	}
+	if _, err := d.Kube().Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	t.Cleanup(func() { deletePod(t, name) })
+}
+
+// createTemplate creates the example ResourceClaimTemplate (GPU with at
+// least 80 GiB by CEL) from deploy/examples/dra.
+func createTemplate(t *testing.T, ctx context.Context) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "examples", "dra", "gpu-80gb-claim.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl resourceapi.ResourceClaimTemplate
+	if err := yaml.UnmarshalStrict(bytes.Split(data, []byte("\n---"))[0], &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	_, err = need(t).Kube().Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &tmpl, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// checkAllocated: the pod's claim is allocated by nvinject-dra's GPU of
+// this node, the one selected.
+func checkAllocated(t *testing.T, ctx context.Context, pod *corev1.Pod) {
+	t.Helper()
+	d := need(t)
+	c, err := d.ClaimOf(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.Allocation == nil || len(c.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s allocation = %+v", c.Name, c.Status.Allocation)
+	}
+	r := c.Status.Allocation.Devices.Results[0]
+	s, err := d.ResourceSlice(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uuid string
+	for _, dev := range s.Spec.Devices {
+		if dev.Name == r.Device && dev.Attributes[contract.DRAAttrUUID].StringValue != nil {
+			uuid = *dev.Attributes[contract.DRAAttrUUID].StringValue
+		}
+	}
+	if r.Driver != contract.DRADriver || r.Pool != d.Node().Name() || uuid != dep.UUID {
+		t.Errorf("claim %s allocated %s/%s/%s (uuid %q), want %s's GPU %s on %s", c.Name, r.Driver, r.Pool, r.Device, uuid, contract.DRADriver, dep.UUID, d.Node().Name())
+	}
+	if got := containerGPUs(t, ctx, pod.Name); !slices.Equal(got, []string{dep.UUID}) {
+		t.Errorf("container of %s sees %v, want exactly the allocated %s", pod.Name, got, dep.UUID)
+	}
+}
+
+func checkSliceDevice(t *testing.T, s *resourceapi.ResourceSlice, tainted bool) {
+	t.Helper()
+	if len(s.Spec.Devices) != 1 {
+		t.Fatalf("ResourceSlice %s has %d devices, want the selected GPU only", s.Name, len(s.Spec.Devices))
+	}
+	dev := s.Spec.Devices[0]
+	for _, a := range []string{contract.DRAAttrUUID, contract.DRAAttrProductName, contract.DRAAttrIndex, contract.DRAAttrMinor, contract.DRAAttrDriverVersion,
+		contract.DRAAttrCUDADriverVersion, contract.DRAAttrArchitecture, contract.DRAAttrComputeCapability, "resource.kubernetes.io/pciBusID"} {
+		if _, ok := dev.Attributes[resourceapi.QualifiedName(a)]; !ok {
+			t.Errorf("device %s lacks attribute %s", dev.Name, a)
+		}
+	}
+	if m := dev.Capacity[contract.DRACapacityMemory].Value; m.Value() != 80<<30 {
+		t.Errorf("device %s memory %s, want 80Gi", dev.Name, m.String())
+	}
+	if has := slices.ContainsFunc(dev.Taints, func(tt resourceapi.DeviceTaint) bool { return tt.Key == contract.DRATaintKey }); has != tainted {
+		t.Errorf("device %s taints %+v, want tainted=%v", dev.Name, dev.Taints, tainted)
+	}
+}
+
+func waitTaint(t *testing.T, ctx context.Context, tainted bool) {
+	t.Helper()
+	d := need(t)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := simnode.Poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		s, err := d.ResourceSlice(ctx)
+		if err != nil {
+			return err
+		}
+		has := slices.ContainsFunc(s.Spec.Devices[0].Taints, func(tt resourceapi.DeviceTaint) bool { return tt.Key == contract.DRATaintKey })
+		if has != tainted {
+			return fmt.Errorf("device %s taints %+v, want tainted=%v", s.Spec.Devices[0].Name, s.Spec.Devices[0].Taints, tainted)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// healthIs: the first container's allocatedResourcesStatus reports every
+// device with health h.
+func healthIs(h corev1.ResourceHealthStatus) func(*corev1.Pod) bool {
+	return func(p *corev1.Pod) bool {
+		if len(p.Status.ContainerStatuses) == 0 {
+			return false
+		}
+		n := 0
+		for _, rs := range p.Status.ContainerStatuses[0].AllocatedResourcesStatus {
+			for _, r := range rs.Resources {
+				if r.Health != h {
+					return false
+				}
+				n++
+			}
+		}
+		return n > 0
+	}
+}
+
+func restartDRA(t *testing.T, ctx context.Context) {
+	t.Helper()
+	d := need(t)
+	p, err := d.DRAPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Kube().Client.CoreV1().Pods(simnode.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = simnode.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
+		np, err := d.DRAPod(ctx)
+		if err != nil {
+			return err
+		}
+		if np.UID == p.UID {
+			return errString("the old nvinject-dra pod still runs")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitDRARegistered waits until nvinject-dra's metrics say kubelet accepted it.
+func waitDRARegistered(t *testing.T, ctx context.Context) {
+	t.Helper()
+	d := need(t)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := simnode.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
+		m, err := d.DRAMetrics(ctx)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(m, contract.MetricDRARegistered+" 1") {
+			return errString("nvinject-dra is not registered with kubelet")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// processRSS is the resident set (KiB) of the host process running
+// /usr/bin/<program> (a container's process is a host process).
+func processRSS(program string) (int64, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.HasPrefix(cmd, []byte("/usr/bin/"+program+"\x00")) {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			return 0, err
+		}
+		for _, l := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				return strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process /usr/bin/%s on this host", program)
+}

@@ -1,0 +1,97 @@
+package plugin
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nvinject/nvinject/nri/internal/podresources"
+	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu"
+)
+
+// KubeletClaims reports the DRA ResourceClaims kubelet prepared for a
+// container (PodResources dynamic_resources); the PodResources client
+// satisfies it. A KubeletDevices without it checks device-plugin GPUs only.
+type KubeletClaims interface {
+	Claims(ctx context.Context, namespace, pod, ctr, driver string) ([]podresources.Claim, error)
+}
+
+// claimNames returns the CDI names of our kind that nvinject-dra's claims
+// prepared for ctr, and the claims named for refusals. kubelet hands them
+// to containerd only in the CRI CDIDevices field, which containerd applies
+// itself without passing the names to NRI: so a container that has NVIDIA
+// device nodes but no names asks kubelet. No claims: nil, "".
+func (h *Handler) claimNames(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]string, string, error) {
+	kc, ok := h.kubelet.(KubeletClaims)
+	if !ok {
+		return nil, "", nil
+	}
+	claims, err := kc.Claims(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), contract.DRADriver)
+	if err != nil || len(claims) == 0 {
+		return nil, "", err
+	}
+	var names, labels []string
+	for _, c := range claims {
+		labels = append(labels, c.String())
+		for _, n := range c.CDIDevices() {
+			if contract.IsKind(n, h.vendor, h.class) && !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names, strings.Join(labels, ", "), nil
+}
+
+// hasNVIDIANode reports whether the container already has an NVIDIA
+// character device (major 195), as containerd's own CDI injection leaves it.
+func hasNVIDIANode(ctr *api.Container) bool {
+	for _, d := range ctr.GetLinux().GetDevices() {
+		if d.GetMajor() == gpu.NVIDIAMajor {
+			return true
+		}
+	}
+	return false
+}
+
+// claimUUIDs is the DRA side of the kubelet comparison: the GPUs that
+// nvinject-dra's claims prepared for ctr, as UUIDs (through the resolved
+// devices' UUID env), and the claims named for refusals. A claimed CDI name
+// the container does not resolve is kept as is, so the mismatch names it.
+// No claims: nil, "".
+func (h *Handler) claimUUIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, res resolve.Result) ([]string, string, error) {
+	kc, ok := h.kubelet.(KubeletClaims)
+	if !ok {
+		return nil, "", nil
+	}
+	claims, err := kc.Claims(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), contract.DRADriver)
+	if err != nil || len(claims) == 0 {
+		return nil, "", err
+	}
+	uuidOf := map[string]string{}
+	for _, d := range res.Devices {
+		for _, e := range d.Edits.Env {
+			if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, contract.EnvUUIDPrefix) {
+				uuidOf[d.Name] = v
+			}
+		}
+	}
+	ids := []string{}
+	names := make([]string, 0, len(claims))
+	for _, c := range claims {
+		names = append(names, c.String())
+		for _, n := range c.CDIDevices() {
+			if !contract.IsKind(n, h.vendor, h.class) {
+				continue
+			}
+			if u, ok := uuidOf[n]; ok {
+				n = u
+			}
+			ids = append(ids, n)
+		}
+	}
+	return ids, strings.Join(names, ", "), nil
+}

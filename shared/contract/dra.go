@@ -1,0 +1,48 @@
+package contract
+
+// DRA facts: the driver's socket layout, the ResourceSlice's device naming,
+// attributes and taint, and the DRA driver's metrics. DRADriver (the driver
+// and DeviceClass name) is in contract.go.
+const (
+	// DRAApp is the app label of the DRA driver DaemonSet's pods.
+	DRAApp = "nvinject-dra"
+	// DRAMetricsPort is the DRA driver's default metrics port.
+	DRAMetricsPort = 9483
+	// DRAModeLabel on a Node says which nvinject component owns its GPUs:
+	// DRAModeDevicePlugin or DRAModeDRA. deploy/ schedules each DaemonSet by it.
+	DRAModeLabel        = "nvinject.io/gpu-mode"
+	DRAModeDevicePlugin = "device-plugin"
+	DRAModeDRA          = "dra"
+	// DRADevicePrefix + the GPU's index is its device name in the
+	// ResourceSlice ("gpu-0"): UUIDs are not DNS labels.
+	DRADevicePrefix = "gpu-"
+	// DRATaintKey is the device taint the driver sets while a GPU is
+	// Unhealthy; its value says why (xid, gpu-lost, monitoring).
+	DRATaintKey = "gpu.nvinject.io/unhealthy"
+)
+
+// Device attribute and capacity names in the driver's domain (DRADriver).
+const (
+	DRAAttrUUID              = "uuid"
+	DRAAttrProductName       = "productName"
+	DRAAttrIndex             = "index"
+	DRAAttrMinor             = "minor"
+	DRAAttrDriverVersion     = "driverVersion"
+	DRAAttrCUDADriverVersion = "cudaDriverVersion"
+	DRAAttrArchitecture      = "architecture"
+	DRAAttrComputeCapability = "cudaComputeCapability"
+	DRAAttrNUMANode          = "numaNode"
+	DRACapacityMemory        = "memory"
+)
+
+// Metric names of nvinject-dra.
+const (
+	MetricDRAPrepares         = "nvinject_dra_prepare_total"
+	MetricDRAUnprepares       = "nvinject_dra_unprepare_total"
+	MetricDRAPrepared         = "nvinject_dra_prepared_claims"
+	MetricDRADeviceHealthy    = "nvinject_dra_device_healthy"
+	MetricDRAHealthStreams    = "nvinject_dra_health_streams"
+	MetricDRABackgroundErrors = "nvinject_dra_background_errors_total"
+	MetricDRAHealthEvents     = "nvinject_dra_health_events_total"
+	MetricDRARegistered       = "nvinject_dra_registered"
+)
