@@ -11,7 +11,7 @@ MODULE := github.com/nvinject/nvinject
 # the Helm chart and the manifests' image references all derive from it.
 VERSION ?= 0.2.0
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-LDFLAGS := -X $(MODULE)/shared/version.Version=$(VERSION) -X $(MODULE)/shared/version.Revision=$(REVISION)
+LDFLAGS := -s -w -X $(MODULE)/shared/version.Version=$(VERSION) -X $(MODULE)/shared/version.Revision=$(REVISION)
 export VERSION REVISION
 # go-nvml's cgo prologue warns about every deprecated NVML call; the
 # warnings are upstream noise, not ours.
