@@ -3,6 +3,7 @@ module github.com/nvinject/nvinject/deviceplugin
 go 1.26.8
 
 require (
+	github.com/fsnotify/fsnotify v1.7.0
 	github.com/nvinject/nvinject/cdi v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/shared v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.24.0
@@ -15,7 +16,6 @@ require (
 	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/fsnotify/fsnotify v1.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
