@@ -2,8 +2,8 @@
 // to kubelet as nvidia.com/gpu and answers Allocate with CDI device names.
 //
 // Signals: SIGTERM/SIGINT stop it (streams closed, socket removed); SIGHUP
-// is the operator's recovery action: every GPU's Xid and loss marks are
-// cleared. Without SIGHUP an Xid-unhealthy GPU recovers after
+// is the operator's recovery action: every GPU NVML vouches for loses its
+// Xid and loss marks. Without SIGHUP an Xid-unhealthy GPU recovers after
 // --health-quiet-period without new Xids.
 package main
 
@@ -27,17 +27,7 @@ func main() {
 	defer stop()
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	recoverAll := make(chan struct{})
-	go func() {
-		for range hup {
-			select {
-			case recoverAll <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, recoverAll); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, hup); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
@@ -46,7 +36,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, recoverAll <-chan struct{}) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, hup <-chan os.Signal) error {
 	cfg, err := config.Load(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -56,5 +46,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log.Info("effective configuration", cfg.Attrs()...)
-	return daemon.New(cfg, log, daemon.WithRecoverAll(recoverAll)).Run(ctx)
+	return daemon.New(cfg, log, daemon.WithRecoverSignal(hup)).Run(ctx)
 }

@@ -64,6 +64,7 @@ type Config struct {
 	PluginSocket     string
 	ResourceName     string
 	CDISpecDir       string
+	StateDir         string
 	CDIVendor        string
 	CDIClass         string
 	AnnotationPrefix string
@@ -99,7 +100,7 @@ func (c Config) Attrs() []any {
 	return []any{
 		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "kubelet_dir", c.KubeletDir,
 		"plugin_socket", c.PluginSocket, "resource_name", c.ResourceName,
-		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", c.CDIVendor + "/" + c.CDIClass,
+		"cdi_spec_dir", c.CDISpecDir, "state_dir", c.StateDir, "cdi_kind", c.CDIVendor + "/" + c.CDIClass,
 		"cdi_annotation_prefix", c.AnnotationPrefix,
 		"device_list_strategy", strings.Join(strs, ","), "device_id_strategy", string(c.IDStrategy),
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
@@ -127,6 +128,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 	str(&c.PluginSocket, "plugin-socket", "NVINJECT_PLUGIN_SOCKET", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
 	str(&c.ResourceName, "resource-name", "NVINJECT_RESOURCE_NAME", "nvidia.com/gpu", "extended resource to publish")
 	str(&c.CDISpecDir, "cdi-spec-dir", "NVINJECT_CDI_SPEC_DIR", "/var/run/cdi", "where the CDI spec for the published GPUs is written")
+	str(&c.StateDir, "state-dir", "NVINJECT_STATE_DIR", "/var/lib/nvinject/device-plugin", "where the health checkpoint is kept across restarts (a host directory); empty keeps health in memory only")
 	str(&c.CDIVendor, "cdi-vendor", "NVINJECT_CDI_VENDOR", "nvidia.com", "CDI vendor of the GPU devices")
 	str(&c.CDIClass, "cdi-class", "NVINJECT_CDI_CLASS", "gpu", "CDI class of the GPU devices")
 	str(&c.AnnotationPrefix, "cdi-annotation-prefix", "NVINJECT_CDI_ANNOTATION_PREFIX", "nvinject.gpu", "plugin name in cdi.k8s.io/<prefix>_<device-id> annotation keys")

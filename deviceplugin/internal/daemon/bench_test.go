@@ -65,7 +65,7 @@ func BenchmarkXidToListAndWatch(b *testing.B) {
 		}
 		untilHealth(b, next, simUUID(0), pluginapi.Unhealthy)
 		lat = append(lat, time.Since(t0))
-		if err := rec.Recover(simUUID(0)); err != nil {
+		if err := rec.Recover(context.Background(), simUUID(0)); err != nil {
 			b.Fatal(err)
 		}
 		untilHealth(b, next, simUUID(0), pluginapi.Healthy)
