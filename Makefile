@@ -19,6 +19,7 @@ include deploy/images.mk
 include e2e/cluster/cluster.mk
 include e2e/injbench/injbench.mk
 include e2e/e2e.mk
+include e2e/soak.mk
 
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
