@@ -64,6 +64,7 @@ bench: ## Go benchmarks; each figure has an anchor measured in the same run
 fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/gpu/gpuselect
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/cdi/ldcache
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCheckpoint -fuzztime 15s $(MODULE)/deviceplugin/internal/health
 
 .PHONY: clean
 clean:
