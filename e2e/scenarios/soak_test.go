@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -205,6 +206,9 @@ func (s *soak) restartKubelet(ctx context.Context, label string) {
 	}
 	s.reRegistered++
 	s.reRegister = append(s.reRegister, max(at.Sub(created), 0))
+	if got, ok := s.kubeletGotRegister(created); ok {
+		s.registerSent = append(s.registerSent, max(got.Sub(created), 0))
+	}
 	if err := s.d.WaitKubeletAllocatable(ctx, dep.DeviceID, 30*time.Second); err != nil {
 		s.t.Errorf("%s: %v", label, err)
 		return
@@ -310,33 +314,55 @@ func (s *soak) replaceGPUPod(ctx context.Context, label string) {
 	s.podReady = append(s.podReady, time.Since(t0))
 }
 
-// checkGPUs looks inside every Ready GPU container: nvidia-smi must list
-// exactly the selected GPU, and the environment must name it.
+// checkGPUs looks inside every Ready GPU container: nvidia-smi run in it
+// must list exactly the selected GPU, and the environment of its process
+// (NVINJECT_GPU_UUID_*, as the stand-in reports it) must name only it.
 func (s *soak) checkGPUs(ctx context.Context, label string) {
 	for _, p := range s.gpuPods(ctx) {
 		if !ready(&p) {
 			continue
 		}
 		s.checked++
-		smi, err := s.d.Kube().Exec(ctx, ns, p.Name, "", "nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader")
+		// Right after a kubelet restart, kubelet may not know the pod yet
+		// ("pod does not exist"): exec is retried for up to 30 s.
+		var smi string
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			smi, err = s.d.Kube().Exec(ctx, ns, p.Name, "", "nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader")
+			if err == nil || !strings.Contains(err.Error(), "pod does not exist") || time.Now().After(deadline) {
+				break
+			}
+			s.execRetries++
+		}
 		if err != nil {
 			s.t.Errorf("%s: nvidia-smi in %s: %v", label, p.Name, err)
 			s.wrong = append(s.wrong, p.Name+": nvidia-smi failed: "+err.Error())
-			continue
-		}
-		env, err := s.d.Kube().Exec(ctx, ns, p.Name, "", "env")
-		if err != nil {
-			s.t.Errorf("%s: env in %s: %v", label, p.Name, err)
-			s.wrong = append(s.wrong, p.Name+": env failed: "+err.Error())
 			continue
 		}
 		if got := strings.Fields(smi); !slices.Equal(got, []string{dep.UUID}) {
 			s.wrong = append(s.wrong, fmt.Sprintf("%s (%s): nvidia-smi lists %v, want %s", p.Name, label, got, dep.UUID))
 			s.t.Errorf("%s: %s sees GPUs %v, want exactly %s", label, p.Name, got, dep.UUID)
 		}
+		// The stand-in reports its own process environment's
+		// NVINJECT_GPU_UUID_* in every completion.
+		reply, err := simnode.Complete(ctx, p.Status.PodIP)
+		if err != nil {
+			s.t.Errorf("%s: completion from %s: %v", label, p.Name, err)
+			s.wrong = append(s.wrong, p.Name+": completion failed: "+err.Error())
+			continue
+		}
+		var body struct {
+			Nvinject struct {
+				InjectedEnv []string `json:"injected_env"`
+			} `json:"nvinject"`
+		}
+		if err := json.Unmarshal([]byte(reply), &body); err != nil {
+			s.t.Errorf("%s: completion from %s: %v: %s", label, p.Name, err, reply)
+			continue
+		}
 		var uuids []string
-		for _, line := range strings.Split(env, "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok && strings.HasPrefix(k, "NVINJECT_GPU_UUID_") {
+		for _, kv := range body.Nvinject.InjectedEnv {
+			if _, v, ok := strings.Cut(kv, "="); ok {
 				uuids = append(uuids, v)
 			}
 		}

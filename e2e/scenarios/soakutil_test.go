@@ -25,12 +25,12 @@ type soak struct {
 	d *simnode.Deployer
 
 	kubeletRestarts, reRegistered, reRegisteredAfterKill int
-	kubeletRestart, reRegister, offered                  []time.Duration
+	kubeletRestart, reRegister, registerSent, offered    []time.Duration
 	containerdRestart, nriReconnect                      []time.Duration
 	kills                                                map[string]int
 	killBack                                             map[string][]time.Duration
 	podReady                                             []time.Duration
-	checked                                              int
+	checked, execRetries                                 int
 	wrong                                                []string
 	failed                                               map[string]string
 }
@@ -242,6 +242,7 @@ func (s *soak) report(took time.Duration, churned string, lost int64) {
 	t.Logf("  kubelet restarts: %d, each followed by re-registration: %d", s.kubeletRestarts, s.reRegistered)
 	t.Logf("    restart (SIGTERM to kubelet healthy): %s", stats(s.kubeletRestart))
 	t.Logf("    re-register (new kubelet.sock -> registrations_total{ok}+1): %s", stats(s.reRegister))
+	t.Logf("      of which until kubelet logged the Register request (new kubelet.sock -> kubelet's \"Got registration request\"): %s", stats(s.registerSent))
 	t.Logf("    GPU offered again (new kubelet.sock -> PodResources allocatable): %s", stats(s.offered))
 	t.Logf("  containerd restarts: %d", len(s.containerdRestart))
 	t.Logf("    restart (SIGTERM to containerd ready): %s", stats(s.containerdRestart))
@@ -250,11 +251,12 @@ func (s *soak) report(took time.Duration, churned string, lost int64) {
 	t.Logf("  SIGKILL %s: %d; back and connected: %s", nri, s.kills[nri], stats(s.killBack[nri]))
 	t.Logf("  GPU pod replaced after a disruption until Ready: %s", stats(s.podReady))
 	t.Logf("  CDI spec churn: %s", churned)
-	t.Logf("  GPU containers checked inside (nvidia-smi and env): %d; with a wrong or missing GPU: %d", s.checked, len(s.wrong))
+	t.Logf("  GPU containers checked inside (nvidia-smi and env): %d; with a wrong or missing GPU: %d (exec retried %d times while a restarted kubelet did not know the pod yet)", s.checked, len(s.wrong), s.execRetries)
 	for _, w := range s.wrong {
 		t.Logf("    %s", w)
 	}
 	t.Logf("  GPUs lost from allocatable at the end: %d", lost)
+	t.Logf("  %s", s.registerFailures())
 	names := slices.Sorted(func(yield func(string) bool) {
 		for n := range s.failed {
 			if !yield(n) {
@@ -278,4 +280,62 @@ func (s *soak) report(took time.Duration, churned string, lost int64) {
 	if s.reRegisteredAfterKill != s.kills[dp] {
 		t.Errorf("only %d of %d device plugin SIGKILLs were followed by registration", s.reRegisteredAfterKill, s.kills[dp])
 	}
+}
+
+// registerFailures summarises the failed Register calls in the running
+// device plugin's log (since its last start).
+func (s *soak) registerFailures() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := s.d.DaemonSetPod(ctx, simnode.DevicePlugin)
+	if err != nil {
+		return "device plugin log: " + err.Error()
+	}
+	out, err := s.d.Kube().Kubectl(ctx, "", "logs", "-n", simnode.Namespace, p.Name)
+	if err != nil {
+		return "device plugin log: " + err.Error()
+	}
+	n := 0
+	seen := map[string]bool{}
+	var first []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, "register with kubelet failed") {
+			continue
+		}
+		n++
+		_, why, _ := strings.Cut(line, "register with kubelet failed")
+		if len(why) > 400 {
+			why = why[:400] + "..."
+		}
+		if !seen[why] && len(first) < 3 {
+			seen[why] = true
+			first = append(first, why)
+		}
+	}
+	return fmt.Sprintf("failed Register calls in the running device plugin's log: %d %q", n, first)
+}
+
+// kubeletGotRegister is when kubelet's log says it got the first Register
+// request from a device plugin at or after from (klog's microsecond
+// timestamp, local time).
+func (s *soak) kubeletGotRegister(from time.Time) (time.Time, bool) {
+	data, err := os.ReadFile(s.d.Node().LogFile("kubelet"))
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, "Got registration request from device plugin") || len(line) < 21 {
+			continue
+		}
+		// I1201 09:50:01.123456 ...
+		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		at = at.AddDate(from.Year(), 0, 0)
+		if !at.Before(from.Add(-time.Millisecond)) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
 }

@@ -58,7 +58,10 @@ func WithoutWatch() Option { return func(r *Registrar) { r.noWatch = true } }
 // fallbackPoll is the longest poll while the directory is not watched.
 const fallbackPoll = 100 * time.Millisecond
 
-// WithBackoff bounds the wait between failed Register calls to one kubelet.
+// WithBackoff bounds the wait between failed Register calls to one kubelet
+// (default 10 ms doubling to 10 s: the first retries are quick because a
+// Register sent the instant kubelet.sock appears can find it bound but not
+// yet listening).
 func WithBackoff(minWait, maxWait time.Duration) Option {
 	return func(r *Registrar) { r.backoffMin, r.backoffMax = minWait, maxWait }
 }
@@ -77,7 +80,7 @@ func WithStopService(f func()) Option { return func(r *Registrar) { r.stopSvc = 
 func New(dir, socket, resource string, svc pluginapi.DevicePluginServer, opts ...Option) *Registrar {
 	r := &Registrar{
 		dir: dir, socket: socket, resource: resource, svc: svc, stopSvc: func() {},
-		poll: time.Second, backoffMin: 200 * time.Millisecond, backoffMax: 10 * time.Second,
+		poll: time.Second, backoffMin: 10 * time.Millisecond, backoffMax: 10 * time.Second,
 		timeout: 5 * time.Second, onRegister: func(error) {}, log: slog.Default(),
 	}
 	for _, o := range opts {
