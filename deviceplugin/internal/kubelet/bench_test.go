@@ -43,7 +43,7 @@ func BenchmarkAnchorRegisterAfterRestart(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		k.WaitRegister(b, time.Second)
+		k.WaitRegister(b, 10*time.Second)
 		lat = append(lat, time.Since(t0))
 	}
 	report(b, lat)
@@ -63,7 +63,7 @@ func benchReRegister(b *testing.B, jitter time.Duration, opts ...Option) {
 		}
 		k = k.Restart(b)
 		t0 := time.Now()
-		k.WaitRegister(b, 2*time.Second)
+		k.WaitRegister(b, 10*time.Second)
 		lat = append(lat, time.Since(t0))
 	}
 	report(b, lat)
