@@ -209,6 +209,9 @@ func (s *soak) restartKubelet(ctx context.Context, label string) {
 	if got, ok := s.kubeletGotRegister(created); ok {
 		s.registerSent = append(s.registerSent, max(got.Sub(created), 0))
 	}
+	if got, ok := s.kubeletLogged(created, "Connected to new client"); ok {
+		s.pluginDialed = append(s.pluginDialed, max(got.Sub(created), 0))
+	}
 	if err := s.d.WaitKubeletAllocatable(ctx, dep.DeviceID, 30*time.Second); err != nil {
 		s.t.Errorf("%s: %v", label, err)
 		return

@@ -26,6 +26,7 @@ type soak struct {
 
 	kubeletRestarts, reRegistered, reRegisteredAfterKill int
 	kubeletRestart, reRegister, registerSent, offered    []time.Duration
+	pluginDialed                                         []time.Duration
 	containerdRestart, nriReconnect                      []time.Duration
 	kills                                                map[string]int
 	killBack                                             map[string][]time.Duration
@@ -243,6 +244,7 @@ func (s *soak) report(took time.Duration, churned string, lost int64) {
 	t.Logf("    restart (SIGTERM to kubelet healthy): %s", stats(s.kubeletRestart))
 	t.Logf("    re-register (new kubelet.sock -> registrations_total{ok}+1): %s", stats(s.reRegister))
 	t.Logf("      of which until kubelet logged the Register request (new kubelet.sock -> kubelet's \"Got registration request\"): %s", stats(s.registerSent))
+	t.Logf("      of which until kubelet logged it had connected back to the plugin (\"Connected to new client\"): %s", stats(s.pluginDialed))
 	t.Logf("    GPU offered again (new kubelet.sock -> PodResources allocatable): %s", stats(s.offered))
 	t.Logf("  containerd restarts: %d", len(s.containerdRestart))
 	t.Logf("    restart (SIGTERM to containerd ready): %s", stats(s.containerdRestart))
@@ -304,6 +306,7 @@ func (s *soak) registerFailures() string {
 		}
 		n++
 		_, why, _ := strings.Cut(line, "register with kubelet failed")
+		why, _, _ = strings.Cut(why, "retry_in")
 		if len(why) > 400 {
 			why = why[:400] + "..."
 		}
@@ -316,15 +319,20 @@ func (s *soak) registerFailures() string {
 }
 
 // kubeletGotRegister is when kubelet's log says it got the first Register
-// request from a device plugin at or after from (klog's microsecond
-// timestamp, local time).
+// request from a device plugin at or after from.
 func (s *soak) kubeletGotRegister(from time.Time) (time.Time, bool) {
+	return s.kubeletLogged(from, "Got registration request from device plugin")
+}
+
+// kubeletLogged is when kubelet's log first has a line containing msg at
+// or after from (klog's microsecond timestamp, local time).
+func (s *soak) kubeletLogged(from time.Time, msg string) (time.Time, bool) {
 	data, err := os.ReadFile(s.d.Node().LogFile("kubelet"))
 	if err != nil {
 		return time.Time{}, false
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.Contains(line, "Got registration request from device plugin") || len(line) < 21 {
+		if !strings.Contains(line, msg) || len(line) < 21 {
 			continue
 		}
 		// I1201 09:50:01.123456 ...
