@@ -189,11 +189,32 @@ func TestQuietPeriodAsksNVML(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			src := newFake(0)
-			tr, ch := start(t, src, WithQuietPeriod(40*time.Millisecond))
+			tr, ch := start(t, src, WithQuietPeriod(200*time.Millisecond))
+			rising := tt.answer.VolatileUncorrectedECC > 0
+			if !rising {
+				src.set(gpuB, tt.answer, tt.err)
+			}
 			events := <-src.started
+			src.mu.Lock()
+			checks := src.checks
+			src.mu.Unlock()
 			events <- gpu.HealthEvent{UUID: gpuB, Kind: gpu.EventXid, Xid: 48, Time: time.Now()}
 			waitFor(t, ch, func() bool { return !tr.Healthy(gpuB) })
-			src.set(gpuB, tt.answer, tt.err)
+			if rising {
+				// The ECC count rises after the Xid's baseline was taken.
+				for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+					src.mu.Lock()
+					n := src.checks
+					src.mu.Unlock()
+					if n > checks {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("no ECC baseline taken after the Xid")
+					}
+				}
+				src.set(gpuB, tt.answer, tt.err)
+			}
 			if tt.wantReason == "" {
 				waitFor(t, ch, func() bool { return tr.Healthy(gpuB) })
 				return
