@@ -217,6 +217,9 @@ func (s *soak) restartKubelet(ctx context.Context, label string) {
 		return
 	}
 	s.offered = append(s.offered, time.Since(created))
+	if got, ok := s.pluginLogged(ctx, created, "registered with kubelet"); ok {
+		s.pluginRegistered = append(s.pluginRegistered, max(got.Sub(created), 0))
+	}
 }
 
 // restartContainerd restarts containerd and measures, from the new NRI

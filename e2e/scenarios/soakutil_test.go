@@ -26,7 +26,7 @@ type soak struct {
 
 	kubeletRestarts, reRegistered, reRegisteredAfterKill int
 	kubeletRestart, reRegister, registerSent, offered    []time.Duration
-	pluginDialed                                         []time.Duration
+	pluginDialed, pluginRegistered                       []time.Duration
 	containerdRestart, nriReconnect                      []time.Duration
 	kills                                                map[string]int
 	killBack                                             map[string][]time.Duration
@@ -245,6 +245,7 @@ func (s *soak) report(took time.Duration, churned string, lost int64) {
 	t.Logf("    re-register (new kubelet.sock -> registrations_total{ok}+1): %s", stats(s.reRegister))
 	t.Logf("      of which until kubelet logged the Register request (new kubelet.sock -> kubelet's \"Got registration request\"): %s", stats(s.registerSent))
 	t.Logf("      of which until kubelet logged it had connected back to the plugin (\"Connected to new client\"): %s", stats(s.pluginDialed))
+	t.Logf("    re-register per the plugin's own log (new kubelet.sock -> \"registered with kubelet\", ms timestamps): %s", stats(s.pluginRegistered))
 	t.Logf("    GPU offered again (new kubelet.sock -> PodResources allocatable): %s", stats(s.offered))
 	t.Logf("  containerd restarts: %d", len(s.containerdRestart))
 	t.Logf("    restart (SIGTERM to containerd ready): %s", stats(s.containerdRestart))
@@ -342,6 +343,35 @@ func (s *soak) kubeletLogged(from time.Time, msg string) (time.Time, bool) {
 		}
 		at = at.AddDate(from.Year(), 0, 0)
 		if !at.Before(from.Add(-time.Millisecond)) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// pluginLogged is when the running device plugin's log first has a line
+// containing msg at or after from (slog's time, text or JSON).
+func (s *soak) pluginLogged(ctx context.Context, from time.Time, msg string) (time.Time, bool) {
+	p, err := s.d.DaemonSetPod(ctx, simnode.DevicePlugin)
+	if err != nil {
+		return time.Time{}, false
+	}
+	out, err := s.d.Kube().Kubectl(ctx, "", "logs", "-n", simnode.Namespace, p.Name)
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+		var stamp string
+		if _, rest, ok := strings.Cut(line, "time="); ok {
+			stamp, _, _ = strings.Cut(rest, " ")
+		} else if _, rest, ok := strings.Cut(line, `"time":"`); ok {
+			stamp, _, _ = strings.Cut(rest, `"`)
+		}
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if err == nil && !at.Before(from.Add(-time.Millisecond)) {
 			return at, true
 		}
 	}
