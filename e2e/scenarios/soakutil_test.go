@@ -356,9 +356,17 @@ func (s *soak) pluginLogged(ctx context.Context, from time.Time, msg string) (ti
 	if err != nil {
 		return time.Time{}, false
 	}
-	out, err := s.d.Kube().Kubectl(ctx, "", "logs", "-n", simnode.Namespace, p.Name)
-	if err != nil {
-		return time.Time{}, false
+	// Right after a kubelet restart kubelet may not serve the pod's log
+	// yet: retried for up to 30 s.
+	var out string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		if out, err = s.d.Kube().Kubectl(ctx, "", "logs", "-n", simnode.Namespace, p.Name); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Logf("device plugin log: %v", err)
+			return time.Time{}, false
+		}
 	}
 	for _, line := range strings.Split(out, "\n") {
 		if !strings.Contains(line, msg) {
