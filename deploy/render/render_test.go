@@ -301,6 +301,7 @@ func TestHostPaths(t *testing.T) {
 				{"/var/run/cdi", corev1.HostPathDirectoryOrCreate, "/var/run/cdi", false, ""},
 				{b.driverRoot, driverType, "/driver-root", true, corev1.MountPropagationHostToContainer},
 				{"/var/lib/nvinject/bin", corev1.HostPathDirectoryOrCreate, "/var/lib/nvinject/bin", true, ""},
+				{"/var/lib/nvinject/device-plugin", corev1.HostPathDirectoryOrCreate, "/var/lib/nvinject/device-plugin", false, ""},
 			},
 			nri: {
 				{"/var/run/nri", corev1.HostPathDirectory, "/var/run/nri", false, ""},

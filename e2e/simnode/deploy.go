@@ -96,6 +96,8 @@ patches:
             volumes:
               - name: cdi-specs
                 hostPath: {path: %s, type: DirectoryOrCreate}
+              - name: state
+                hostPath: {path: %s, type: DirectoryOrCreate}
   - patch: |-
       apiVersion: apps/v1
       kind: DaemonSet
@@ -116,7 +118,7 @@ patches:
       metadata: {name: %s, namespace: %s}
       data: {selected-gpu-uuid: %s}
 `, d.node.Name(), d.node.RunDir(), base,
-		DevicePlugin, Namespace, d.node.CDIDir(),
+		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(),
 		NRIPlugin, Namespace, filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
 		DevicePlugin, Namespace, dep.UUID)
 	if dep.NVML != DefaultNVML {
@@ -155,3 +157,7 @@ patches:
 	}
 	return nil
 }
+
+// StateDir is the device plugin's --state-dir (its health checkpoint) on
+// this node: under the node's run dir, so no checkpoint outlives the node.
+func (d *Deployer) StateDir() string { return filepath.Join(d.node.RunDir(), "dp-state") }

@@ -42,6 +42,7 @@ func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
 		"path: " + node.PodResourcesDir(),
 		"path: " + DriverRoot,
 		"path: /var/lib/kubelet/device-plugins",
+		"path: " + d.StateDir(),
 		"image: ghcr.io/nvinject/nvinject-device-plugin:v",
 		"image: ghcr.io/nvinject/nvinject-nri:v",
 		"imagePullPolicy: Never",
@@ -53,7 +54,7 @@ func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
 	if n := strings.Count(y, "--nvml=sim:a100-80gb*8"); n != 2 {
 		t.Errorf("--nvml=sim:a100-80gb*8 appears %d times, want once per DaemonSet", n)
 	}
-	if strings.Contains(y, "path: /var/run/nri") || strings.Contains(y, "path: /var/run/cdi") || strings.Contains(y, "path: /var/lib/kubelet/pod-resources") {
+	if strings.Contains(y, "path: /var/run/nri") || strings.Contains(y, "path: /var/run/cdi") || strings.Contains(y, "path: /var/lib/kubelet/pod-resources") || strings.Contains(y, "path: /var/lib/nvinject/device-plugin") {
 		t.Errorf("host paths of a real node remain:\n%s", y)
 	}
 }

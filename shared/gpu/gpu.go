@@ -102,6 +102,10 @@ const (
 	EventXid EventKind = iota + 1
 	// EventLost means the GPU fell off the bus or stopped answering.
 	EventLost
+	// EventWatching says the watch is armed: every listed GPU is
+	// registered for events, so from here on none is missed. It carries no
+	// UUID and is sent once per WatchHealth call.
+	EventWatching
 )
 
 func (k EventKind) String() string {
@@ -110,6 +114,8 @@ func (k EventKind) String() string {
 		return "xid"
 	case EventLost:
 		return "gpu-lost"
+	case EventWatching:
+		return "watching"
 	default:
 		return fmt.Sprintf("event(%d)", int(k))
 	}
@@ -123,11 +129,32 @@ type HealthEvent struct {
 	Time time.Time
 }
 
+// DeviceHealth is what NVML answers, when asked, about one GPU's memory
+// health. A check a GPU does not support reads as its healthy value.
+type DeviceHealth struct {
+	// RetiredPagesPending: pages are waiting to be retired, which takes a
+	// GPU reset (nvmlDeviceGetRetiredPagesPendingStatus).
+	RetiredPagesPending bool
+	// RowRemapFailure: a row could not be remapped (nvmlDeviceGetRemappedRows).
+	RowRemapFailure bool
+	// RowRemapPending: a remapping waits for a GPU reset.
+	RowRemapPending bool
+	// ECCSupported says whether VolatileUncorrectedECC is meaningful.
+	ECCSupported bool
+	// VolatileUncorrectedECC counts uncorrected ECC errors since the last
+	// driver load (nvmlDeviceGetTotalEccErrors, volatile, uncorrected).
+	VolatileUncorrectedECC uint64
+}
+
 // Inventory discovers GPUs and streams their health events.
 type Inventory interface {
 	Discover(ctx context.Context) (Node, error)
-	// WatchHealth delivers events for the given GPUs until ctx ends. It
-	// returns an error if monitoring cannot start or breaks down.
+	// WatchHealth delivers events for the given GPUs until ctx ends; it
+	// sends one EventWatching once all are registered. It returns an error
+	// if monitoring cannot start or breaks down.
 	WatchHealth(ctx context.Context, uuids []string, events chan<- HealthEvent) error
+	// CheckHealth asks NVML about one GPU; an error means the GPU does not
+	// answer.
+	CheckHealth(ctx context.Context, uuid string) (DeviceHealth, error)
 	Close() error
 }

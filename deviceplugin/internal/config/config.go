@@ -57,6 +57,7 @@ type Config struct {
 	PluginSocket     string
 	ResourceName     string
 	CDISpecDir       string
+	StateDir         string
 	CDIVendor        string
 	CDIClass         string
 	AnnotationPrefix string
@@ -87,7 +88,7 @@ func (c Config) Attrs() []any {
 		"version", version.Version, "revision", version.Rev(),
 		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary, "kubelet_dir", c.KubeletDir,
 		"plugin_socket", c.PluginSocket, "resource_name", c.ResourceName,
-		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", c.CDIVendor + "/" + c.CDIClass,
+		"cdi_spec_dir", c.CDISpecDir, "state_dir", c.StateDir, "cdi_kind", c.CDIVendor + "/" + c.CDIClass,
 		"cdi_annotation_prefix", c.AnnotationPrefix,
 		"device_list_strategy", strings.Join(strs, ","), "device_id_strategy", string(c.IDStrategy),
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
@@ -115,6 +116,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&c.PluginSocket, "plugin-socket", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource to publish")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", contract.CDISpecDir, "where the CDI spec for the published GPUs is written")
+	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/nvinject/device-plugin", "where the health checkpoint is kept across restarts (a host directory); empty keeps health in memory only")
 	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")
 	fs.StringVar(&c.CDIClass, "cdi-class", contract.CDIClass, "CDI class of the GPU devices")
 	fs.StringVar(&c.AnnotationPrefix, "cdi-annotation-prefix", contract.AnnotationPrefix, "plugin name in cdi.k8s.io/<prefix>_<device-id> annotation keys")

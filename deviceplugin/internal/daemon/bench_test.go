@@ -51,9 +51,16 @@ func BenchmarkAllocateOverSocket(b *testing.B) {
 }
 
 // BenchmarkXidToListAndWatch is the time from a simulated Xid entering
-// NVML's event set to kubelet receiving the Unhealthy list.
-func BenchmarkXidToListAndWatch(b *testing.B) {
-	r := start(b, "sim:a100-80gb*8")
+// NVML's event set to kubelet receiving the Unhealthy list, with the
+// health checkpoint written (fsync) on every change.
+func BenchmarkXidToListAndWatch(b *testing.B) { benchXid(b) }
+
+// BenchmarkXidToListAndWatchNoCheckpoint is the same with --state-dir=
+// (health in memory only): the checkpoint's share of the figure above.
+func BenchmarkXidToListAndWatchNoCheckpoint(b *testing.B) { benchXid(b, "--state-dir=") }
+
+func benchXid(b *testing.B, args ...string) {
+	r := start(b, "sim:a100-80gb*8", args...)
 	next := r.watch(b)
 	untilHealth(b, next, simUUID(0), pluginapi.Healthy)
 	rec := trackerRecoverer{d: r.d}
@@ -65,7 +72,7 @@ func BenchmarkXidToListAndWatch(b *testing.B) {
 		}
 		untilHealth(b, next, simUUID(0), pluginapi.Unhealthy)
 		lat = append(lat, time.Since(t0))
-		if err := rec.Recover(simUUID(0)); err != nil {
+		if err := rec.Recover(context.Background(), simUUID(0)); err != nil {
 			b.Fatal(err)
 		}
 		untilHealth(b, next, simUUID(0), pluginapi.Healthy)

@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/deviceplugin/internal/allocate"
@@ -25,18 +28,19 @@ import (
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
+	"github.com/nvinject/nvinject/shared/gpu/sim"
 	"github.com/nvinject/nvinject/shared/httpserve"
 )
 
 // Daemon is one device plugin process.
 type Daemon struct {
-	cfg       config.Config
-	log       *slog.Logger
-	open      func(string, backend.Options) (*backend.Backend, error)
-	recover   <-chan struct{}
-	poll      time.Duration
-	grace     time.Duration
-	nvmlRetry time.Duration
+	cfg          config.Config
+	log          *slog.Logger
+	open         func(string, backend.Options) (*backend.Backend, error)
+	recover      <-chan os.Signal
+	poll         time.Duration
+	startTimeout time.Duration
+	nvmlRetry    time.Duration
 
 	notReady atomic.Pointer[string]
 	tracker  atomic.Pointer[health.Tracker]
@@ -46,23 +50,28 @@ type Daemon struct {
 // Option configures a Daemon.
 type Option func(*Daemon)
 
-// WithRecoverAll marks every GPU Healthy again on each receive (SIGHUP).
-func WithRecoverAll(ch <-chan struct{}) Option { return func(d *Daemon) { d.recover = ch } }
+// WithRecoverSignal asks NVML about every GPU, and clears the Xid and loss
+// marks of those it vouches for, on each receive (SIGHUP).
+func WithRecoverSignal(ch <-chan os.Signal) Option { return func(d *Daemon) { d.recover = ch } }
 
 // WithOpen replaces how NVML is opened (tests keep the simulated node).
 func WithOpen(f func(string, backend.Options) (*backend.Backend, error)) Option {
 	return func(d *Daemon) { d.open = f }
 }
 
-// WithTimings shortens the socket poll, the health start grace and the
-// NVML retry interval (tests).
-func WithTimings(poll, grace, nvmlRetry time.Duration) Option {
-	return func(d *Daemon) { d.poll, d.grace, d.nvmlRetry = poll, grace, nvmlRetry }
+// WithTimings sets the registrar's fallback poll, how long registration
+// waits for health monitoring to arm before it publishes every GPU
+// Unhealthy, and the NVML retry interval (tests shorten them).
+func WithTimings(poll, startTimeout, nvmlRetry time.Duration) Option {
+	return func(d *Daemon) { d.poll, d.startTimeout, d.nvmlRetry = poll, startTimeout, nvmlRetry }
 }
+
+// checkpointFile is the health checkpoint's name in --state-dir.
+const checkpointFile = "health.json"
 
 // New returns a daemon for cfg.
 func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
-	d := &Daemon{cfg: cfg, log: log, open: backend.Open, poll: 100 * time.Millisecond, grace: 500 * time.Millisecond, nvmlRetry: 10 * time.Second}
+	d := &Daemon{cfg: cfg, log: log, open: backend.Open, poll: time.Second, startTimeout: 10 * time.Second, nvmlRetry: 10 * time.Second}
 	for _, o := range opts {
 		o(d)
 	}
@@ -82,30 +91,44 @@ func (d *Daemon) Ready() error {
 
 // Run runs until ctx ends. It returns an error when the plugin cannot
 // start: bad GPU selection, CDI spec failure, NVML missing with
-// --on-nvml-error=exit, or the metrics address taken.
+// --on-nvml-error=exit, or the metrics address taken. Every goroutine it
+// starts has ended when it returns, and NVML is closed only after the
+// health watch and everything else that uses it stopped.
 func (d *Daemon) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	httpErr := make(chan error, 1)
 	web := httpserve.New(d.cfg.MetricsAddr, reg, httpserve.WithLogger(d.log), httpserve.WithReady(d.Ready))
 	if d.cfg.NVML != backend.Real {
 		for pattern, h := range simdebug.Routes(simInjector{d}, trackerRecoverer{d}) {
 			web.Handle(pattern, h)
 		}
 	}
-	go func() { httpErr <- web.Run(ctx) }()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return web.Run(ctx) })
+	g.Go(func() error { return d.serveNVML(ctx, m) })
+	return g.Wait()
+}
 
-	b, err := d.openNVML(ctx, httpErr)
+// serveNVML opens NVML, publishes, and closes NVML once publishing ended.
+func (d *Daemon) serveNVML(ctx context.Context, m *metrics.Metrics) error {
+	b, err := d.openNVML(ctx)
 	if err != nil || b == nil {
 		return err
 	}
-	defer b.Close()
 	if b.Sim != nil {
 		d.sim.Store(b)
 	}
+	err = d.publish(ctx, b, m)
+	if cerr := b.Close(); cerr != nil {
+		d.log.Warn("closing NVML failed", "error", cerr)
+	}
+	return err
+}
 
+// publish discovers the GPUs, writes their CDI spec, and runs health
+// tracking, operator recovery and kubelet registration until ctx ends or
+// one of them fails; it returns after all three did.
+func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Metrics) error {
 	node, err := b.Discover(ctx)
 	if err != nil {
 		return fmt.Errorf("discover GPUs: %w", err)
@@ -131,7 +154,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return fmt.Errorf("write the CDI spec: %w; check that --cdi-spec-dir is writable", err)
 	}
 	d.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(published))
-	d.setNotReady("not registered with kubelet yet (waiting for " + d.cfg.KubeletSocket() + ")")
 
 	idFn := devices.ByUUID
 	if d.cfg.IDStrategy == config.IDIndex {
@@ -156,19 +178,22 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 
-	tracker := health.New(uuidsOf(published),
+	opts := []health.Option{
 		health.WithLogger(d.log), health.WithIgnoredXids(d.cfg.IgnoredXids), health.WithQuietPeriod(d.cfg.QuietPeriod),
-		health.WithStartGrace(d.grace), health.WithObserver(m.ObserveEvent),
+		health.WithObserver(m.ObserveEvent),
 		health.WithOnChange(func(st []health.State) {
 			for _, s := range st {
 				if id, ok := idOf[s.UUID]; ok {
 					m.SetHealthy(s.UUID, id, s.Healthy)
 				}
 			}
-		}))
+		}),
+	}
+	if d.cfg.StateDir != "" {
+		opts = append(opts, health.WithCheckpoint(filepath.Join(d.cfg.StateDir, checkpointFile)))
+	}
+	tracker := health.New(uuidsOf(published), opts...)
 	d.tracker.Store(tracker)
-	go tracker.Run(ctx, b)
-	go d.recoverOnSignal(ctx, tracker)
 
 	svc := plugin.New(table, tracker, resp, m, d.log)
 	registrar := kubelet.New(d.cfg.KubeletDir, d.cfg.PluginSocket, d.cfg.ResourceName, svc,
@@ -182,15 +207,37 @@ func (d *Daemon) Run(ctx context.Context) error {
 			m.Registrations.WithLabelValues("ok").Inc()
 			d.notReady.Store(nil)
 		}))
-	regDone := make(chan error, 1)
-	go func() { regDone <- registrar.Run(ctx) }()
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { tracker.Run(ctx, b); return nil })
+	g.Go(func() error { d.recoverOnSignal(ctx, tracker); return nil })
+	g.Go(func() error {
+		if !d.awaitMonitoring(ctx, tracker) {
+			return nil
+		}
+		d.setNotReady("not registered with kubelet yet (waiting for " + d.cfg.KubeletSocket() + ")")
+		return registrar.Run(ctx)
+	})
+	return g.Wait()
+}
+
+// awaitMonitoring holds registration until health monitoring is armed and
+// NVML checked every GPU, so kubelet's first list is the true one. If it
+// does not arm within the start timeout the plugin registers anyway, every
+// GPU Unhealthy with the reason, rather than stay invisible. It returns
+// false when ctx ended first.
+func (d *Daemon) awaitMonitoring(ctx context.Context, t *health.Tracker) bool {
+	d.setNotReady("waiting for health monitoring to start")
+	timeout := time.NewTimer(d.startTimeout)
+	defer timeout.Stop()
 	select {
-	case err := <-httpErr:
-		cancel()
-		<-regDone
-		return err
-	case err := <-regDone:
-		return err
+	case <-t.Monitored():
+		return true
+	case <-timeout.C:
+		d.log.Error("health monitoring did not start; registering with every GPU Unhealthy until it does", "waited", d.startTimeout, "reason", t.States()[0].Reason)
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -208,7 +255,7 @@ func (d *Daemon) responder() (*allocate.Responder, error) {
 
 // openNVML opens the backend; on failure it exits or waits as configured.
 // A nil backend with a nil error means ctx ended while waiting.
-func (d *Daemon) openNVML(ctx context.Context, httpErr <-chan error) (*backend.Backend, error) {
+func (d *Daemon) openNVML(ctx context.Context) (*backend.Backend, error) {
 	for {
 		b, err := d.open(d.cfg.NVML, backend.Options{DriverRoot: d.cfg.DriverRoot})
 		if err == nil {
@@ -219,12 +266,10 @@ func (d *Daemon) openNVML(ctx context.Context, httpErr <-chan error) (*backend.B
 			return nil, err
 		}
 		d.setNotReady(err.Error())
-		d.log.Error("NVML unavailable; no GPUs published, retrying (set --on-nvml-error=exit to fail instead)", "err", err, "retry_in", d.nvmlRetry)
+		d.log.Error("NVML unavailable; no GPUs published, retrying (set --on-nvml-error=exit to fail instead)", "error", err, "retry_in", d.nvmlRetry)
 		select {
 		case <-ctx.Done():
 			return nil, nil
-		case err := <-httpErr:
-			return nil, err
 		case <-time.After(d.nvmlRetry):
 		}
 	}
@@ -236,8 +281,10 @@ func (d *Daemon) recoverOnSignal(ctx context.Context, t *health.Tracker) {
 		case <-ctx.Done():
 			return
 		case <-d.recover:
-			d.log.Info("operator recovery: marking every GPU's Xid and loss cleared")
-			t.RecoverAll()
+			d.log.Info("operator recovery: asking NVML about every GPU before clearing its Xid and loss marks")
+			if err := t.RecoverAll(ctx); err != nil && ctx.Err() == nil {
+				d.log.Warn("operator recovery: NVML does not vouch for some GPUs; they stay Unhealthy", "error", err)
+			}
 		}
 	}
 }
@@ -252,12 +299,28 @@ func (s simInjector) InjectXid(uuid string, xid uint64) error {
 	return b.Sim.InjectXid(uuid, xid)
 }
 
+func (s simInjector) InjectFault(uuid string, f sim.Fault) error {
+	b := s.d.sim.Load()
+	if b == nil {
+		return errors.New("the simulated node is not open yet")
+	}
+	return b.Sim.InjectFault(uuid, f)
+}
+
+func (s simInjector) ClearFaults(uuid string) error {
+	b := s.d.sim.Load()
+	if b == nil {
+		return errors.New("the simulated node is not open yet")
+	}
+	return b.Sim.ClearFaults(uuid)
+}
+
 type trackerRecoverer struct{ d *Daemon }
 
-func (r trackerRecoverer) Recover(uuid string) error {
+func (r trackerRecoverer) Recover(ctx context.Context, uuid string) error {
 	t := r.d.tracker.Load()
 	if t == nil {
 		return errors.New("health tracking has not started yet")
 	}
-	return t.Recover(uuid)
+	return t.Recover(ctx, uuid)
 }

@@ -70,12 +70,21 @@ func start(t testing.TB, nvml string, args ...string) *rig {
 	r := &rig{dir: kubelettest.Dir(t)}
 	r.kubelet = kubelettest.Start(t, r.dir)
 	base := []string{"--nvml=" + nvml, "--kubelet-dir=" + r.dir, "--cdi-spec-dir=" + filepath.Join(r.dir, "cdi"),
+		"--state-dir=" + filepath.Join(r.dir, "state"),
 		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--health-quiet-period=0"}
 	cfg, err := config.Load(append(base, args...), func(string) string { return "" }, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.cfg = cfg
+	r.run(t)
+	return r
+}
+
+// run starts a daemon for r.cfg, as a new plugin process would, and
+// connects to it once it registered.
+func (r *rig) run(t testing.TB, opts ...Option) {
+	t.Helper()
 	open := func(v string, o backend.Options) (*backend.Backend, error) {
 		b, err := backend.Open(v, o)
 		if err == nil {
@@ -83,19 +92,20 @@ func start(t testing.TB, nvml string, args ...string) *rig {
 		}
 		return b, err
 	}
-	d := New(cfg, quietLog(), WithOpen(open), WithTimings(10*time.Millisecond, 20*time.Millisecond, 10*time.Millisecond))
+	opts = append([]Option{WithOpen(open), WithTimings(10*time.Millisecond, 10*time.Second, 10*time.Millisecond)}, opts...)
+	d := New(r.cfg, quietLog(), opts...)
 	r.d = d
 	ctx, cancel := context.WithCancel(context.Background())
-	r.done = make(chan error, 1)
-	go func() { r.done <- d.Run(ctx) }()
-	r.stop = func() { cancel(); <-r.done }
+	done := make(chan error, 1)
+	r.done = done
+	go func() { done <- d.Run(ctx) }()
+	r.stop = func() { cancel(); <-done }
 	t.Cleanup(func() { cancel() })
 	req := r.kubelet.WaitRegister(t, 10*time.Second)
 	if req.Version != pluginapi.Version || req.ResourceName != "nvidia.com/gpu" || req.Endpoint != "nvinject-gpu.sock" || !req.GetOptions().GetGetPreferredAllocationAvailable() {
 		t.Fatalf("Register request = %v", req)
 	}
 	r.client = kubelettest.Dial(t, r.dir, req.Endpoint)
-	return r
 }
 
 // watch opens ListAndWatch as kubelet does and returns a function that
@@ -184,7 +194,7 @@ func TestXidUpdatesListAndWatchAndIgnoredXidDoesNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Operator recovery (the sim endpoint's and SIGHUP's path).
-	if err := (trackerRecoverer{d: r.d}).Recover(simUUID(1)); err != nil {
+	if err := (trackerRecoverer{d: r.d}).Recover(context.Background(), simUUID(1)); err != nil {
 		t.Fatal(err)
 	}
 	if h := healthOf(next()); h[simUUID(1)] != pluginapi.Healthy || h[simUUID(0)] != pluginapi.Healthy {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +40,9 @@ import (
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
+	"github.com/nvinject/nvinject/shared/gpu/sim"
 	"github.com/nvinject/nvinject/shared/httpserve"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // Daemon is one nvinject-dra process.
@@ -164,7 +167,7 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 
 	tracker := health.New(uuidsOf(selected),
 		health.WithLogger(d.log), health.WithIgnoredXids(d.cfg.IgnoredXids), health.WithQuietPeriod(d.cfg.QuietPeriod),
-		health.WithStartGrace(d.grace), health.WithObserver(m.observeEvent))
+		health.WithObserver(m.observeEvent), health.WithCheckpoint(filepath.Join(d.cfg.StateDir, healthCheckpoint)))
 	d.tracker.Store(tracker)
 	g.Go(func() error {
 		tracker.Run(ctx, b)
@@ -301,8 +304,10 @@ func (d *Daemon) recoverOnSignal(ctx context.Context, t *health.Tracker) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.recover:
-			d.log.Info("operator recovery: marking every GPU's Xid and loss cleared")
-			t.RecoverAll()
+			d.log.Info("operator recovery: clearing the Xid and loss marks of every GPU NVML vouches for")
+			if err := t.RecoverAll(ctx); err != nil {
+				d.log.Warn("operator recovery: a GPU stays Unhealthy", logging.Err(err))
+			}
 		}
 	}
 }
@@ -315,7 +320,27 @@ func uuidsOf(devs []gpu.Device) []string {
 	return out
 }
 
+// healthCheckpoint in the state dir keeps health marks across restarts,
+// as the device plugin's does.
+const healthCheckpoint = "health.json"
+
 type simInjector struct{ d *Daemon }
+
+func (s simInjector) InjectFault(uuid string, f sim.Fault) error {
+	b := s.d.sim.Load()
+	if b == nil {
+		return errors.New("the simulated node is not open yet")
+	}
+	return b.Sim.InjectFault(uuid, f)
+}
+
+func (s simInjector) ClearFaults(uuid string) error {
+	b := s.d.sim.Load()
+	if b == nil {
+		return errors.New("the simulated node is not open yet")
+	}
+	return b.Sim.ClearFaults(uuid)
+}
 
 func (s simInjector) InjectXid(uuid string, xid uint64) error {
 	b := s.d.sim.Load()
@@ -327,10 +352,10 @@ func (s simInjector) InjectXid(uuid string, xid uint64) error {
 
 type trackerRecoverer struct{ d *Daemon }
 
-func (r trackerRecoverer) Recover(uuid string) error {
+func (r trackerRecoverer) Recover(ctx context.Context, uuid string) error {
 	t := r.d.tracker.Load()
 	if t == nil {
 		return errors.New("health tracking has not started yet")
 	}
-	return t.Recover(uuid)
+	return t.Recover(ctx, uuid)
 }

@@ -1,16 +1,25 @@
 // Package health keeps each published GPU's health from NVML Xid and
-// GPU-lost events and applies the recovery policy:
+// GPU-lost events, NVML's own health answers and a checkpoint, and applies
+// the recovery policy:
 //
+//   - Nothing is published before monitoring runs: Monitored is closed once
+//     the first watch is armed and every GPU was checked with NVML, so the
+//     first list kubelet gets is already the true one.
 //   - An Xid in the ignored list (application errors) changes nothing.
-//   - Any other Xid makes the GPU Unhealthy; it turns Healthy again once no
-//     further such Xid arrived for the quiet period (0: never by itself).
-//   - A lost GPU stays Unhealthy until operator action (Recover/RecoverAll,
-//     which the daemon wires to SIGHUP), since a lost GPU sends no more events.
-//   - While health monitoring is not running (it failed, or has not proven
-//     itself for the start grace yet) every GPU is Unhealthy: fail closed.
-//
-// The state lives as long as the process, so re-registering with a
-// restarted kubelet keeps it.
+//   - Xid 79 (the GPU fell off the bus) and NVML's GPU_IS_LOST mark the GPU
+//     lost: it stays Unhealthy until operator action (Recover/RecoverAll,
+//     which the daemon wires to SIGHUP).
+//   - Any other Xid makes the GPU Unhealthy; once no further such Xid
+//     arrived for the quiet period (0: never by itself), NVML is asked.
+//   - Before a GPU turns Healthy (at start, after the quiet period, on
+//     operator action) NVML must say it is: the GPU answers, no retired
+//     pages are pending, no row remapping failed or is pending, and its
+//     volatile uncorrected ECC count has not risen since the last check.
+//     A GPU that fails is checked again after each quiet period.
+//   - While health monitoring is not running every GPU is Unhealthy: fail
+//     closed.
+//   - Lost and Xid marks are written to a checkpoint (WithCheckpoint) and
+//     read back at start, so they survive plugin restarts.
 package health
 
 import (
@@ -18,16 +27,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
-// Watcher streams health events; gpu.Inventory satisfies it.
-type Watcher interface {
+// Source is what the tracker needs from NVML; gpu.Inventory satisfies it.
+type Source interface {
 	WatchHealth(ctx context.Context, uuids []string, events chan<- gpu.HealthEvent) error
+	CheckHealth(ctx context.Context, uuid string) (gpu.DeviceHealth, error)
 }
 
 // State is one GPU's health as published.
@@ -38,29 +50,53 @@ type State struct {
 	Reason string
 }
 
+// lostXids are the Xids after which a GPU does not come back by itself.
+var lostXids = map[uint64]string{79: "Xid 79: the GPU fell off the bus"}
+
 // Tracker holds the GPUs' health and notifies subscribers on change.
 type Tracker struct {
-	log         *slog.Logger
-	ignored     map[uint64]bool
-	quiet       time.Duration
-	grace       time.Duration
-	retryMin    time.Duration
-	retryMax    time.Duration
-	observe     func(e gpu.HealthEvent, ignored bool)
-	onChange    func([]State)
-	order       []string
+	log        *slog.Logger
+	ignored    map[uint64]bool
+	quiet      time.Duration
+	retryMin   time.Duration
+	retryMax   time.Duration
+	observe    func(e gpu.HealthEvent, ignored bool)
+	onChange   func([]State)
+	checkpoint string
+	order      []string
+	// devs is filled by New and never changes; its values are guarded by mu.
+	devs map[string]*device
+
 	mu          sync.Mutex
-	devs        map[string]*device
 	subs        map[chan struct{}]struct{}
 	monitorDown string
+
+	monitored     chan struct{}
+	monitoredOnce sync.Once
+	wake          chan struct{}
+	reqs          chan request
+	done          chan struct{}
 }
 
 type device struct {
-	xid     uint64
-	xidAt   time.Time
-	xidGen  uint64
-	xidTime *time.Timer
-	lost    bool
+	xid   uint64
+	xidAt time.Time
+	// lost says why the GPU is lost; empty when it is not.
+	lost string
+	// check says why NVML's last answer was not healthy; empty when it was.
+	check string
+	// ecc is the volatile uncorrected ECC count at the last look, when known.
+	ecc      uint64
+	eccKnown bool
+	// gen counts marks; a recheck scheduled under an older gen is stale.
+	gen      uint64
+	recheck  *time.Timer
+	checkDue bool
+}
+
+type request struct {
+	uuid string // "" for every GPU
+	resp chan error
 }
 
 // Option configures a Tracker.
@@ -76,13 +112,9 @@ func WithIgnoredXids(xids []uint64) Option {
 	}
 }
 
-// WithQuietPeriod sets how long after its last Xid a GPU turns Healthy
-// again; 0 keeps it Unhealthy until Recover.
+// WithQuietPeriod sets how long after its last Xid (or failed NVML check)
+// a GPU is checked again to turn Healthy; 0 waits for Recover.
 func WithQuietPeriod(d time.Duration) Option { return func(t *Tracker) { t.quiet = d } }
-
-// WithStartGrace sets how long a health watch must run before its GPUs
-// count as monitored.
-func WithStartGrace(d time.Duration) Option { return func(t *Tracker) { t.grace = d } }
 
 // WithRetry bounds the backoff between attempts to restart monitoring.
 func WithRetry(minWait, maxWait time.Duration) Option {
@@ -101,15 +133,21 @@ func WithObserver(f func(e gpu.HealthEvent, ignored bool)) Option {
 // every change.
 func WithOnChange(f func([]State)) Option { return func(t *Tracker) { t.onChange = f } }
 
-// New tracks uuids. Until Run has watched them for the start grace they
-// are Unhealthy.
+// WithCheckpoint keeps the lost and Xid marks in the file at path: read
+// in New (a missing, corrupt or foreign file is ignored with a warning)
+// and rewritten atomically after every change.
+func WithCheckpoint(path string) Option { return func(t *Tracker) { t.checkpoint = path } }
+
+// New tracks uuids. They are Unhealthy until Run has armed a watch and
+// checked them.
 func New(uuids []string, opts ...Option) *Tracker {
 	t := &Tracker{
-		log: slog.Default(), quiet: 5 * time.Minute, grace: 500 * time.Millisecond,
+		log: slog.Default(), quiet: 5 * time.Minute,
 		retryMin: time.Second, retryMax: time.Minute,
 		observe: func(gpu.HealthEvent, bool) {}, onChange: func([]State) {},
 		order: slices.Clone(uuids), devs: map[string]*device{}, subs: map[chan struct{}]struct{}{},
 		monitorDown: "health monitoring has not started yet",
+		monitored:   make(chan struct{}), wake: make(chan struct{}, 1), reqs: make(chan request), done: make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(t)
@@ -117,8 +155,15 @@ func New(uuids []string, opts ...Option) *Tracker {
 	for _, u := range uuids {
 		t.devs[u] = &device{}
 	}
+	if t.checkpoint != "" {
+		t.restore()
+	}
 	return t
 }
+
+// Monitored is closed once the first health watch is armed and every GPU
+// was checked with NVML: from then on States is the true health.
+func (t *Tracker) Monitored() <-chan struct{} { return t.monitored }
 
 // States returns every GPU's health in publication order.
 func (t *Tracker) States() []State {
@@ -137,23 +182,31 @@ func (t *Tracker) statesLocked() []State {
 }
 
 func (t *Tracker) reasonLocked(d *device) string {
+	var parts []string
 	switch {
-	case d.lost:
-		return "GPU lost (fell off the bus or stopped answering); send SIGHUP after fixing it"
+	case d.lost != "":
+		parts = append(parts, d.lost+"; fix it, then send SIGHUP (the plugin asks NVML before trusting it again)")
 	case !d.xidAt.IsZero():
-		return fmt.Sprintf("Xid %d at %s", d.xid, d.xidAt.Format(time.RFC3339))
-	case t.monitorDown != "":
-		return t.monitorDown
+		parts = append(parts, fmt.Sprintf("Xid %d at %s", d.xid, d.xidAt.Format(time.RFC3339)))
 	}
-	return ""
+	if d.check != "" {
+		parts = append(parts, d.check)
+	}
+	if len(parts) == 0 && t.monitorDown != "" {
+		parts = append(parts, t.monitorDown)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // Healthy reports whether the GPU with uuid is tracked and Healthy.
 func (t *Tracker) Healthy(uuid string) bool {
+	d, ok := t.devs[uuid]
+	if !ok {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d, ok := t.devs[uuid]
-	return ok && t.reasonLocked(d) == ""
+	return t.reasonLocked(d) == ""
 }
 
 // Subscribe returns a channel that receives a value after changes; a
@@ -171,13 +224,14 @@ func (t *Tracker) Subscribe() (<-chan struct{}, func()) {
 	}
 }
 
-// update runs f under the lock and, when the published states changed,
-// notifies subscribers.
+// update runs f under the lock; when the published states changed it
+// notifies subscribers, and when the lasting marks changed it rewrites
+// the checkpoint. Only Run's goroutine calls it.
 func (t *Tracker) update(f func()) {
 	t.mu.Lock()
-	before := t.statesLocked()
+	before, marksBefore := t.statesLocked(), t.marksLocked()
 	f()
-	after := t.statesLocked()
+	after, marks := t.statesLocked(), t.marksLocked()
 	changed := !slices.Equal(before, after)
 	if changed {
 		for ch := range t.subs {
@@ -188,6 +242,9 @@ func (t *Tracker) update(f func()) {
 		}
 	}
 	t.mu.Unlock()
+	if !maps.Equal(marksBefore, marks) {
+		t.save(marks)
+	}
 	if changed {
 		for i, s := range after {
 			if s.Healthy != before[i].Healthy {
@@ -198,43 +255,31 @@ func (t *Tracker) update(f func()) {
 	}
 }
 
-// Handle applies one health event.
-func (t *Tracker) Handle(e gpu.HealthEvent) {
-	ignored := e.Kind == gpu.EventXid && t.ignored[e.Xid]
-	defer t.observe(e, ignored)
-	if ignored {
-		t.log.Info("ignoring application Xid", "uuid", e.UUID, "xid", e.Xid)
+// scheduleLocked arms d's recheck after the quiet period, replacing any
+// earlier one.
+func (t *Tracker) scheduleLocked(d *device) { t.scheduleAfterLocked(d, t.quiet) }
+
+// scheduleAfterLocked arms d's recheck after wait; none when the quiet
+// period is 0 (operator action only).
+func (t *Tracker) scheduleAfterLocked(d *device, wait time.Duration) {
+	d.gen++
+	d.checkDue = false
+	if d.recheck != nil {
+		d.recheck.Stop()
+	}
+	if t.quiet <= 0 {
 		return
 	}
-	t.update(func() {
-		d, ok := t.devs[e.UUID]
-		if !ok {
-			return
+	gen := d.gen
+	d.recheck = time.AfterFunc(wait, func() {
+		t.mu.Lock()
+		if d.gen == gen {
+			d.checkDue = true
 		}
-		switch e.Kind {
-		case gpu.EventLost:
-			d.lost = true
-		case gpu.EventXid:
-			d.xid, d.xidAt = e.Xid, e.Time
-			if d.xidAt.IsZero() {
-				d.xidAt = time.Now()
-			}
-			d.xidGen++
-			if d.xidTime != nil {
-				d.xidTime.Stop()
-			}
-			if t.quiet > 0 {
-				gen, uuid := d.xidGen, e.UUID
-				d.xidTime = time.AfterFunc(t.quiet, func() { t.quietEnded(uuid, gen) })
-			}
-		}
-	})
-}
-
-func (t *Tracker) quietEnded(uuid string, gen uint64) {
-	t.update(func() {
-		if d := t.devs[uuid]; d.xidGen == gen {
-			d.xidAt = time.Time{}
+		t.mu.Unlock()
+		select {
+		case t.wake <- struct{}{}:
+		default:
 		}
 	})
 }
@@ -242,77 +287,35 @@ func (t *Tracker) quietEnded(uuid string, gen uint64) {
 // ErrUnknownGPU is returned by Recover for a GPU that is not tracked.
 var ErrUnknownGPU = errors.New("GPU is not published by this plugin")
 
-// Recover clears the Xid and lost marks of one GPU (operator action).
-func (t *Tracker) Recover(uuid string) error {
-	t.mu.Lock()
-	_, ok := t.devs[uuid]
-	t.mu.Unlock()
-	if !ok {
+// ErrNotRunning is returned by Recover when health monitoring has ended.
+var ErrNotRunning = errors.New("health monitoring is not running")
+
+// Recover asks NVML about the GPU and, if it answers healthy, clears its
+// Xid and lost marks (operator action). It returns why not otherwise.
+func (t *Tracker) Recover(ctx context.Context, uuid string) error {
+	if _, ok := t.devs[uuid]; !ok {
 		return fmt.Errorf("recover %s: %w", uuid, ErrUnknownGPU)
 	}
-	t.update(func() { t.devs[uuid].clear() })
-	return nil
+	return t.ask(ctx, uuid)
 }
 
-// RecoverAll clears the Xid and lost marks of every GPU (operator action).
-func (t *Tracker) RecoverAll() {
-	t.update(func() {
-		for _, d := range t.devs {
-			d.clear()
-		}
-	})
-}
+// RecoverAll is Recover for every GPU; it returns the GPUs NVML does not
+// vouch for.
+func (t *Tracker) RecoverAll(ctx context.Context) error { return t.ask(ctx, "") }
 
-func (d *device) clear() {
-	d.lost, d.xidAt = false, time.Time{}
-	d.xidGen++
-	if d.xidTime != nil {
-		d.xidTime.Stop()
+func (t *Tracker) ask(ctx context.Context, uuid string) error {
+	r := request{uuid: uuid, resp: make(chan error, 1)}
+	select {
+	case t.reqs <- r:
+	case <-t.done:
+		return ErrNotRunning
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-}
-
-// Run watches the GPUs until ctx ends, restarting a failed watch with
-// backoff. While no watch has run for the start grace, every GPU is
-// Unhealthy and the reason says why.
-func (t *Tracker) Run(ctx context.Context, w Watcher) {
-	backoff := t.retryMin
-	for ctx.Err() == nil {
-		err := t.watchOnce(ctx, w, func() { backoff = t.retryMin })
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			err = errors.New("the health watch ended without an error")
-		}
-		reason := fmt.Sprintf("health monitoring failed (%v); retrying", err)
-		t.update(func() { t.monitorDown = reason })
-		t.log.Error("health monitoring failed: every GPU is Unhealthy until it works again", "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, t.retryMax)
-	}
-}
-
-func (t *Tracker) watchOnce(ctx context.Context, w Watcher, stable func()) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	events := make(chan gpu.HealthEvent, 64)
-	errc := make(chan error, 1)
-	go func() { errc <- w.WatchHealth(wctx, slices.Clone(t.order), events) }()
-	grace := time.NewTimer(t.grace)
-	defer grace.Stop()
-	for {
-		select {
-		case e := <-events:
-			t.Handle(e)
-		case <-grace.C:
-			t.update(func() { t.monitorDown = "" })
-			stable()
-		case err := <-errc:
-			return err
-		}
+	select {
+	case err := <-r.resp:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -257,8 +257,8 @@ func nvmlErr(what string, ret nvml.Return) error {
 	return fmt.Errorf("NVML: %s: %s", what, nvml.ErrorString(ret))
 }
 
-// WatchHealth registers for Xid critical errors on the given GPUs and
-// delivers them until ctx ends.
+// WatchHealth registers for Xid critical errors on the given GPUs, sends
+// EventWatching, and delivers the events until ctx ends.
 func (i *Inventory) WatchHealth(ctx context.Context, uuids []string, events chan<- gpu.HealthEvent) error {
 	set, ret := i.lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
@@ -282,6 +282,9 @@ func (i *Inventory) WatchHealth(ctx context.Context, uuids []string, events chan
 		if ret := h.RegisterEvents(want, set); ret != nvml.SUCCESS {
 			return nvmlErr("register Xid events on GPU "+u, ret)
 		}
+	}
+	if !send(ctx, events, gpu.HealthEvent{Kind: gpu.EventWatching, Time: time.Now()}) {
+		return nil
 	}
 
 	for ctx.Err() == nil {

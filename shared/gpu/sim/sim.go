@@ -191,8 +191,9 @@ type Node struct {
 	spec   Spec
 	server *server.Server
 
-	mu   sync.Mutex
-	regs map[chan nvml.EventData]map[string]bool
+	mu     sync.Mutex
+	regs   map[chan nvml.EventData]map[string]bool
+	faults *faultTable
 }
 
 // New builds the simulated node for spec.
@@ -201,12 +202,13 @@ func New(spec Spec) *Node {
 	srv := dgxa100.NewWithGPUs(cfgs...)
 	srv.DriverVersion = spec.DriverVersion()
 	srv.CudaDriverVersion, _ = CUDAVersionFor(srv.DriverVersion)
-	n := &Node{spec: spec, server: srv, regs: map[chan nvml.EventData]map[string]bool{}}
+	n := &Node{spec: spec, server: srv, regs: map[chan nvml.EventData]map[string]bool{}, faults: &faultTable{byID: map[string]*deviceFaults{}}}
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)
 		dev.UUID = UUID(spec.Model, i)
 		dev.PciBusID = BusID(i)
 		n.wireDevice(dev)
+		n.wireHealthQueries(dev)
 	}
 	for _, m := range spec.MIG {
 		srv.Devices[m].(*server.Device).MigMode = nvml.DEVICE_MIG_ENABLE

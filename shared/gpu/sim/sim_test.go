@@ -159,13 +159,15 @@ func TestHealthEvents(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	select {
-	case e := <-events:
-		if e.UUID != target || e.Kind != gpu.EventXid || e.Xid != 79 {
-			t.Fatalf("event = %+v", e)
+	for _, want := range []gpu.HealthEvent{{Kind: gpu.EventWatching}, {UUID: target, Kind: gpu.EventXid, Xid: 79}} {
+		select {
+		case e := <-events:
+			if e.UUID != want.UUID || e.Kind != want.Kind || e.Xid != want.Xid {
+				t.Fatalf("event = %+v, want %+v", e, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s event", want.Kind)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no health event")
 	}
 	if err := n.InjectXid("GPU-nope", 1); err == nil || !strings.Contains(err.Error(), node.Devices[0].UUID) {
 		t.Errorf("unknown UUID error = %v", err)

@@ -1,0 +1,79 @@
+package kubelet
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+)
+
+// runRegistrar starts a registrar in dir and stops it when the test ends.
+func runRegistrar(t testing.TB, dir string, opts ...Option) *Registrar {
+	t.Helper()
+	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithBackoff(time.Millisecond, 4*time.Millisecond)}, opts...)
+	r := New(dir, "p.sock", "nvidia.com/gpu", svc{}, opts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return r
+}
+
+// With a poll far longer than the test, only the directory watch can
+// notice the restarted kubelet and the removed plugin socket.
+func TestWatchReRegistersWithoutThePoll(t *testing.T) {
+	dir := kubelettest.Dir(t)
+	k := kubelettest.Start(t, dir)
+	runRegistrar(t, dir, WithPoll(time.Hour))
+	k.WaitRegister(t, 2*time.Second)
+	for _, removeOwn := range []bool{false, true} {
+		if removeOwn {
+			if err := os.Remove(filepath.Join(dir, "p.sock")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k = k.Restart(t)
+		req := k.WaitRegister(t, 2*time.Second)
+		if req.Endpoint != "p.sock" {
+			t.Fatalf("Register request %v", req)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "p.sock")); err != nil {
+			t.Fatalf("plugin socket not served again (own socket removed: %v): %v", removeOwn, err)
+		}
+	}
+}
+
+// Where the directory cannot be watched, the poll still re-registers.
+func TestPollAloneReRegisters(t *testing.T) {
+	dir := kubelettest.Dir(t)
+	k := kubelettest.Start(t, dir)
+	runRegistrar(t, dir, WithoutWatch(), WithPoll(5*time.Millisecond))
+	k.WaitRegister(t, 2*time.Second)
+	k = k.Restart(t)
+	k.WaitRegister(t, 2*time.Second)
+}
+
+// The kubelet directory does not exist yet when the plugin starts: it
+// polls until it does, then watches it.
+func TestWatchStartsOnceTheDirectoryExists(t *testing.T) {
+	dir := filepath.Join(kubelettest.Dir(t), "device-plugins")
+	runRegistrar(t, dir, WithPoll(time.Hour))
+	time.Sleep(3 * fallbackPoll)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k := kubelettest.Start(t, dir)
+	k.WaitRegister(t, 2*time.Second)
+	k = k.Restart(t)
+	k.WaitRegister(t, 2*time.Second)
+}

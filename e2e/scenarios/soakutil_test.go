@@ -1,0 +1,369 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nvinject/nvinject/e2e/simnode"
+)
+
+// soak holds one soak run's figures.
+type soak struct {
+	t *testing.T
+	d *simnode.Deployer
+
+	kubeletRestarts, reRegistered, reRegisteredAfterKill int
+	kubeletRestart, reRegister, registerSent, offered    []time.Duration
+	pluginDialed                                         []time.Duration
+	containerdRestart, nriReconnect                      []time.Duration
+	kills                                                map[string]int
+	killBack                                             map[string][]time.Duration
+	podReady                                             []time.Duration
+	checked, execRetries                                 int
+	wrong                                                []string
+	failed                                               map[string]string
+}
+
+func newSoak(t *testing.T, d *simnode.Deployer) *soak {
+	return &soak{t: t, d: d, kills: map[string]int{}, killBack: map[string][]time.Duration{}, failed: map[string]string{}}
+}
+
+// sampleEvery is how often a sampler scrapes /metrics; the latencies it
+// measures are at most this much (plus one loopback HTTP round trip) late.
+const sampleEvery = 10 * time.Millisecond
+
+type sample struct {
+	at time.Time
+	v  float64
+	up bool
+}
+
+// sampler scrapes one series of a DaemonSet pod's /metrics until stopped.
+type sampler struct {
+	mu      sync.Mutex
+	samples []sample
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func (s *soak) sample(ctx context.Context, daemonSet, series string) *sampler {
+	s.t.Helper()
+	url, err := s.d.MetricsURL(ctx, daemonSet)
+	if err != nil {
+		s.t.Fatalf("metrics of %s: %v", daemonSet, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	smp := &sampler{cancel: cancel, done: make(chan struct{})}
+	client := &http.Client{Timeout: time.Second}
+	go func() {
+		defer close(smp.done)
+		tick := time.NewTicker(sampleEvery)
+		defer tick.Stop()
+		for {
+			v, up := scrape(ctx, client, url, series)
+			smp.mu.Lock()
+			smp.samples = append(smp.samples, sample{at: time.Now(), v: v, up: up})
+			smp.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return smp
+}
+
+func scrape(ctx context.Context, client *http.Client, url, series string) (float64, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, false
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	return metricValue(string(body), series), true
+}
+
+func (smp *sampler) stop() {
+	smp.cancel()
+	<-smp.done
+}
+
+// untilAfter returns the time of the first sample taken after from that
+// satisfies cond, waiting up to timeout for it.
+func (smp *sampler) untilAfter(from time.Time, timeout time.Duration, cond func(v float64, up bool) bool) (time.Time, bool) {
+	deadline := time.Now().Add(timeout)
+	seen := 0
+	for {
+		smp.mu.Lock()
+		for ; seen < len(smp.samples); seen++ {
+			if s := smp.samples[seen]; s.at.After(from) && cond(s.v, s.up) {
+				smp.mu.Unlock()
+				return s.at, true
+			}
+		}
+		smp.mu.Unlock()
+		if time.Now().After(deadline) {
+			return time.Time{}, false
+		}
+		select {
+		case <-smp.done:
+			return time.Time{}, false
+		case <-time.After(sampleEvery / 2):
+		}
+	}
+}
+
+// ctime is when the file at path was created or last changed: for a
+// socket, when its server bound it.
+func ctime(path string) (time.Time, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return time.Time{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return time.Unix(st.Ctim.Sec, st.Ctim.Nsec), nil
+}
+
+// containerPID is the host PID of the running container of DaemonSet name,
+// as containerd's CRI reports it.
+func (s *soak) containerPID(ctx context.Context, name string) (int, error) {
+	container := map[string]string{simnode.DevicePlugin: "device-plugin", simnode.NRIPlugin: "nri"}[name]
+	crictl := []string{filepath.Join(os.Getenv("NVINJECT_TOOLS_BIN"), "crictl"), "--runtime-endpoint", "unix://" + s.d.Node().ContainerdSocket()}
+	out, err := exec.CommandContext(ctx, crictl[0], append(crictl[1:], "ps", "-q", "--state", "Running",
+		"--label", "io.kubernetes.pod.namespace="+simnode.Namespace, "--label", "io.kubernetes.container.name="+container)...).Output()
+	if err != nil {
+		return 0, fmt.Errorf("crictl ps for %s: %w", name, err)
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) != 1 {
+		return 0, fmt.Errorf("crictl ps finds %d running %s containers, want 1", len(ids), container)
+	}
+	out, err = exec.CommandContext(ctx, crictl[0], append(crictl[1:], "inspect", "-o", "go-template", "--template", "{{.info.pid}}", ids[0])...).Output()
+	if err != nil {
+		return 0, fmt.Errorf("crictl inspect %s: %w", ids[0], err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("crictl inspect %s: pid %q", ids[0], out)
+	}
+	return pid, nil
+}
+
+// churnCDI writes and deletes CDI spec files of a kind nobody requests in
+// the node's CDI dir, beside nvinject's own, until the returned function
+// is called; that stops it, removes its files and says what it did.
+func (s *soak) churnCDI() func() string {
+	dir := s.d.Node().CDIDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var writes, deletes int
+	const files = 40
+	path := func(i int) string { return filepath.Join(dir, fmt.Sprintf("soak-churn-%02d.yaml", i%files)) }
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(25 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			spec := fmt.Sprintf("cdiVersion: \"0.6.0\"\nkind: soak.example.com/churn\ndevices:\n  - name: d%d\n    containerEdits:\n      env: [\"SOAK_CHURN=%d\"]\n", i%files, i)
+			if os.WriteFile(path(i), []byte(spec), 0o644) == nil {
+				writes++
+			}
+			if os.Remove(path(i+files/2)) == nil {
+				deletes++
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() string {
+		cancel()
+		<-done
+		for i := range files {
+			_ = os.Remove(path(i))
+		}
+		return fmt.Sprintf("%d writes and %d deletes of %d spec files in %s, every 25 ms", writes, deletes, files, dir)
+	}
+}
+
+// stats renders n, p50, p99 and max of d.
+func stats(d []time.Duration) string {
+	if len(d) == 0 {
+		return "n=0"
+	}
+	c := slices.Clone(d)
+	slices.Sort(c)
+	at := func(p float64) time.Duration { return c[int(p*float64(len(c)-1))] }
+	r := func(x time.Duration) string { return x.Round(100 * time.Microsecond).String() }
+	return fmt.Sprintf("n=%d p50=%s p99=%s max=%s", len(c), r(at(0.5)), r(at(0.99)), r(c[len(c)-1]))
+}
+
+func (s *soak) report(took time.Duration, churned string, lost int64) {
+	t := s.t
+	dp, nri := simnode.DevicePlugin, simnode.NRIPlugin
+	t.Logf("soak figures (took %s; NRI and SIGKILL latencies observed by scraping /metrics every %s through the pod network):", took.Round(time.Second), sampleEvery)
+	t.Logf("  kubelet restarts: %d, each followed by re-registration: %d", s.kubeletRestarts, s.reRegistered)
+	t.Logf("    restart (SIGTERM to kubelet healthy): %s", stats(s.kubeletRestart))
+	t.Logf("    re-register (new kubelet.sock -> the plugin logged \"registered with kubelet\", ms timestamps): %s", stats(s.reRegister))
+	t.Logf("      kubelet logged the Register request (\"Got registration request\"): %s", stats(s.registerSent))
+	t.Logf("      kubelet logged its connection back to the plugin (\"Connected to new client\"): %s", stats(s.pluginDialed))
+	t.Logf("    GPU offered again (new kubelet.sock -> PodResources allocatable, polled every 100 ms): %s", stats(s.offered))
+	t.Logf("  containerd restarts: %d", len(s.containerdRestart))
+	t.Logf("    restart (SIGTERM to containerd ready): %s", stats(s.containerdRestart))
+	t.Logf("    NRI reconnect (new NRI socket -> nvinject_nri_connected 1): %s", stats(s.nriReconnect))
+	t.Logf("  SIGKILL %s: %d; back and registered: %s", dp, s.kills[dp], stats(s.killBack[dp]))
+	t.Logf("  SIGKILL %s: %d; back and connected: %s", nri, s.kills[nri], stats(s.killBack[nri]))
+	t.Logf("  GPU pod replaced after a disruption until Ready: %s", stats(s.podReady))
+	t.Logf("  CDI spec churn: %s", churned)
+	t.Logf("  GPU containers checked inside (nvidia-smi and env): %d; with a wrong or missing GPU: %d (exec retried %d times while a restarted kubelet did not know the pod yet)", s.checked, len(s.wrong), s.execRetries)
+	for _, w := range s.wrong {
+		t.Logf("    %s", w)
+	}
+	t.Logf("  GPUs lost from allocatable at the end: %d", lost)
+	t.Logf("  %s", s.registerFailures())
+	names := slices.Sorted(func(yield func(string) bool) {
+		for n := range s.failed {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+	t.Logf("  GPU pods that failed: %d", len(names))
+	for _, n := range names {
+		t.Logf("    %s: %s", n, s.failed[n])
+	}
+	if lost != 0 {
+		t.Errorf("%d GPUs lost from allocatable", lost)
+	}
+	if len(s.wrong) > 0 {
+		t.Errorf("%d GPU container checks found a wrong or missing GPU", len(s.wrong))
+	}
+	if s.reRegistered != s.kubeletRestarts {
+		t.Errorf("only %d of %d kubelet restarts were followed by re-registration", s.reRegistered, s.kubeletRestarts)
+	}
+	if s.reRegisteredAfterKill != s.kills[dp] {
+		t.Errorf("only %d of %d device plugin SIGKILLs were followed by registration", s.reRegisteredAfterKill, s.kills[dp])
+	}
+}
+
+// registerFailures summarises the failed Register calls in the running
+// device plugin's log (since its last start).
+func (s *soak) registerFailures() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := s.d.DaemonSetPod(ctx, simnode.DevicePlugin)
+	if err != nil {
+		return "device plugin log: " + err.Error()
+	}
+	out, err := s.d.Kube().Kubectl(ctx, "", "logs", "-n", simnode.Namespace, p.Name)
+	if err != nil {
+		return "device plugin log: " + err.Error()
+	}
+	n := 0
+	seen := map[string]bool{}
+	var first []string
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, "register with kubelet failed") {
+			continue
+		}
+		n++
+		_, why, _ := strings.Cut(line, "register with kubelet failed")
+		why, _, _ = strings.Cut(why, "retry_in")
+		if len(why) > 400 {
+			why = why[:400] + "..."
+		}
+		if !seen[why] && len(first) < 3 {
+			seen[why] = true
+			first = append(first, why)
+		}
+	}
+	return fmt.Sprintf("failed Register calls in the running device plugin's log: %d %q", n, first)
+}
+
+// kubeletGotRegister is when kubelet's log says it got the first Register
+// request from a device plugin at or after from.
+func (s *soak) kubeletGotRegister(from time.Time) (time.Time, bool) {
+	return s.kubeletLogged(from, "Got registration request from device plugin")
+}
+
+// kubeletLogged is when kubelet's log first has a line containing msg at
+// or after from (klog's microsecond timestamp, local time).
+func (s *soak) kubeletLogged(from time.Time, msg string) (time.Time, bool) {
+	data, err := os.ReadFile(s.d.Node().LogFile("kubelet"))
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, msg) || len(line) < 21 {
+			continue
+		}
+		// I1201 09:50:01.123456 ...
+		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		at = at.AddDate(from.Year(), 0, 0)
+		if !at.Before(from.Add(-time.Millisecond)) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// pluginLogged is when the running device plugin's log first has a line
+// containing msg at or after from (slog's time, text or JSON).
+func (s *soak) pluginLogged(ctx context.Context, from time.Time, msg string) (time.Time, bool) {
+	p, err := s.d.DaemonSetPod(ctx, simnode.DevicePlugin)
+	if err != nil {
+		return time.Time{}, false
+	}
+	// Right after a kubelet restart kubelet may not serve the pod's log
+	// yet: retried for up to 30 s.
+	var out string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		if out, err = s.d.Kube().Kubectl(ctx, "", "logs", "-n", simnode.Namespace, p.Name); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Logf("device plugin log: %v", err)
+			return time.Time{}, false
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+		var stamp string
+		if _, rest, ok := strings.Cut(line, "time="); ok {
+			stamp, _, _ = strings.Cut(rest, " ")
+		} else if _, rest, ok := strings.Cut(line, `"time":"`); ok {
+			stamp, _, _ = strings.Cut(rest, `"`)
+		}
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if err == nil && !at.Before(from.Add(-time.Millisecond)) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
