@@ -12,6 +12,7 @@ import (
 
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
 	"github.com/nvinject/nvinject/e2e/internal/proc"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // hostDevicePlugins is hard-coded in kubelet; the node removes only kubelet's own files there.
@@ -34,7 +35,7 @@ func (n *Node) Down(ctx context.Context) error {
 	stop("kube-controller-manager")
 	stop("kube-scheduler")
 	if err := n.deletePods(ctx); err != nil {
-		n.log.Warn("deleting pods through the API server failed; removing sandboxes directly", "err", err)
+		n.log.Warn("deleting pods through the API server failed; removing sandboxes directly", logging.Err(err))
 	}
 	for _, name := range []string{"kubelet", "kube-apiserver", "etcd"} {
 		stop(name)
@@ -92,7 +93,7 @@ func (n *Node) deletePods(ctx context.Context) error {
 	}
 	for _, p := range pods {
 		if err := c.deletePod(ctx, p[0], p[1], 2); err != nil {
-			n.log.Warn("delete pod", "pod", p[0]+"/"+p[1], "err", err)
+			n.log.Warn("delete pod", "pod", p[0]+"/"+p[1], logging.Err(err))
 		}
 	}
 	deadline := time.Now().Add(60 * time.Second)
@@ -116,7 +117,7 @@ func (n *Node) removeSandboxes(ctx context.Context) {
 	out, err := exec.CommandContext(ctx, n.tool("crictl"), "--runtime-endpoint", "unix://"+n.layout.containerdSocket(),
 		"rmp", "--all", "--force").CombinedOutput()
 	if err != nil {
-		n.log.Warn("crictl rmp failed", "err", err, "output", strings.TrimSpace(string(out)))
+		n.log.Warn("crictl rmp failed", logging.Err(err), "output", strings.TrimSpace(string(out)))
 	}
 }
 

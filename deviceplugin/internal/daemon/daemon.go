@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nvinject/nvinject/cdi/spec"
@@ -96,6 +97,7 @@ func (d *Daemon) Ready() error {
 // health watch and everything else that uses it stopped.
 func (d *Daemon) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 	web := httpserve.New(d.cfg.MetricsAddr, reg, httpserve.WithLogger(d.log), httpserve.WithReady(d.Ready))
 	if d.cfg.NVML != backend.Real {

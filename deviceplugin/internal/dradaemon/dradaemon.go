@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
@@ -108,6 +109,7 @@ func (d *Daemon) Ready() error {
 // Run runs until ctx ends or a part fails; it returns the first failure.
 func (d *Daemon) Run(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := newMetrics(reg)
 	web := httpserve.New(d.cfg.MetricsAddr, reg, httpserve.WithLogger(d.log), httpserve.WithReady(d.Ready))
 	if d.cfg.NVML != backend.Real {

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nvinject/nvinject/shared/logging"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -170,7 +171,7 @@ func (r *Registrar) Run(ctx context.Context) error {
 			switch {
 			case err != nil:
 				if err.Error() != lastListenErr {
-					r.log.Error("cannot serve the plugin socket; retrying", "err", err)
+					r.log.Error("cannot serve the plugin socket; retrying", logging.Err(err))
 					lastListenErr = err.Error()
 				}
 			default:
@@ -210,7 +211,7 @@ func (r *Registrar) Run(ctx context.Context) error {
 				r.registered.Store(false)
 				nextAttempt = time.Now().Add(backoff)
 				retry = time.After(backoff)
-				r.log.Warn("register with kubelet failed; retrying", "err", err, "retry_in", backoff)
+				r.log.Warn("register with kubelet failed; retrying", logging.Err(err), "retry_in", backoff)
 				backoff = min(2*backoff, r.backoffMax)
 			}
 			r.onRegister(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/allocate"
 	"github.com/nvinject/nvinject/deviceplugin/internal/devices"
 	"github.com/nvinject/nvinject/deviceplugin/internal/metrics"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // Health is what the service needs from the health tracker.
@@ -138,7 +139,7 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		if err := refusal(ids, unknown, unhealthy); err != nil {
 			s.metrics.Allocations.WithLabelValues("refused").Inc()
-			s.log.Warn("refused allocation", "ids", ids, "err", err)
+			s.log.Warn("refused allocation", "ids", ids, logging.Err(err))
 			return nil, err
 		}
 		cr, err := s.resp.Container(ids, names)

@@ -69,7 +69,7 @@ func main() {
 		_ = srv.Shutdown(shut)
 	}()
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Error("serve", "err", err)
+		log.Error("serve", logging.Err(err))
 		os.Exit(1)
 	}
 }
