@@ -194,7 +194,7 @@ func TestXidUpdatesListAndWatchAndIgnoredXidDoesNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Operator recovery (the sim endpoint's and SIGHUP's path).
-	if err := (trackerRecoverer{d: r.d}).Recover(context.Background(), simUUID(1)); err != nil {
+	if err := r.d.late().Recover(context.Background(), simUUID(1)); err != nil {
 		t.Fatal(err)
 	}
 	if h := healthOf(next()); h[simUUID(1)] != pluginapi.Healthy || h[simUUID(0)] != pluginapi.Healthy {

@@ -189,7 +189,7 @@ func TestCleanShutdownWithHealthEventsInFlight(t *testing.T) {
 							default:
 							}
 							_ = node.InjectXid(uuid, xid)
-							_ = (trackerRecoverer{d}).Recover(ctx, uuid)
+							_ = d.late().Recover(ctx, uuid)
 						}
 					}()
 				}

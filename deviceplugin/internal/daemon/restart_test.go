@@ -59,7 +59,7 @@ func TestXid79StaysUnhealthyAcrossRestarts(t *testing.T) {
 			t.Fatalf("first list after restart %d = %v; want GPU 0 still Unhealthy", restart+1, h)
 		}
 	}
-	rec := trackerRecoverer{d: r.d}
+	rec := r.d.late()
 	if err := r.sim.InjectFault(simUUID(0), sim.FaultLost); err != nil {
 		t.Fatal(err)
 	}

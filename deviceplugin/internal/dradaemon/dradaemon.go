@@ -41,7 +41,6 @@ import (
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
-	"github.com/nvinject/nvinject/shared/gpu/sim"
 	"github.com/nvinject/nvinject/shared/httpserve"
 	"github.com/nvinject/nvinject/shared/logging"
 )
@@ -113,7 +112,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	m := newMetrics(reg)
 	web := httpserve.New(d.cfg.MetricsAddr, reg, httpserve.WithLogger(d.log), httpserve.WithReady(d.Ready))
 	if d.cfg.NVML != backend.Real {
-		for pattern, h := range simdebug.Routes(simInjector{d}, trackerRecoverer{d}) {
+		for pattern, h := range simdebug.Routes(d.late(), d.late()) {
 			web.Handle(pattern, h)
 		}
 	}
@@ -326,38 +325,5 @@ func uuidsOf(devs []gpu.Device) []string {
 // as the device plugin's does.
 const healthCheckpoint = "health.json"
 
-type simInjector struct{ d *Daemon }
-
-func (s simInjector) InjectFault(uuid string, f sim.Fault) error {
-	b := s.d.sim.Load()
-	if b == nil {
-		return errors.New("the simulated node is not open yet")
-	}
-	return b.Sim.InjectFault(uuid, f)
-}
-
-func (s simInjector) ClearFaults(uuid string) error {
-	b := s.d.sim.Load()
-	if b == nil {
-		return errors.New("the simulated node is not open yet")
-	}
-	return b.Sim.ClearFaults(uuid)
-}
-
-func (s simInjector) InjectXid(uuid string, xid uint64) error {
-	b := s.d.sim.Load()
-	if b == nil {
-		return errors.New("the simulated node is not open yet")
-	}
-	return b.Sim.InjectXid(uuid, xid)
-}
-
-type trackerRecoverer struct{ d *Daemon }
-
-func (r trackerRecoverer) Recover(ctx context.Context, uuid string) error {
-	t := r.d.tracker.Load()
-	if t == nil {
-		return errors.New("health tracking has not started yet")
-	}
-	return t.Recover(ctx, uuid)
-}
+// late serves the sim-only endpoints before the node and tracker are open.
+func (d *Daemon) late() simdebug.Late { return simdebug.Late{Node: &d.sim, Tracker: &d.tracker} }

@@ -297,7 +297,7 @@ func TestXidTaintsAndHealthStream(t *testing.T) {
 	}
 	waitHealth(drahealthv1.HealthStatus_UNHEALTHY)
 	until(t, "the taint", tainted)
-	if err := (trackerRecoverer{d: r.d}).Recover(context.Background(), uuid); err != nil {
+	if err := r.d.late().Recover(context.Background(), uuid); err != nil {
 		t.Fatal(err)
 	}
 	waitHealth(drahealthv1.HealthStatus_HEALTHY)
