@@ -195,9 +195,13 @@ func TestDRA(t *testing.T) {
 			}
 			// Exec goes through kubelet, which needs a moment after its
 			// restart before it serves the pod again.
+			// The SIMULATED GPU's UUID query: the real nvidia-smi cannot talk
+			// to a driver here. Bounded, so a broken exec fails the step.
 			var got string
-			err := simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
-				out, err := d.Kube().Exec(ctx, ns, name, "", "nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader")
+			execCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			err := simnode.Poll(execCtx, 500*time.Millisecond, func(ctx context.Context) error {
+				out, err := d.Kube().Exec(ctx, ns, name, "", "nvidia-smi-sim", "--query-gpu=uuid", "--format=csv,noheader")
 				got = strings.TrimSpace(out)
 				return err
 			})

@@ -329,7 +329,7 @@ func (s *soak) checkGPUs(ctx context.Context, label string) {
 		var smi string
 		var err error
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-			smi, err = s.d.Kube().Exec(ctx, ns, p.Name, "", "nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader")
+			smi, err = s.d.Kube().Exec(ctx, ns, p.Name, "", "nvidia-smi-sim", "--query-gpu=uuid", "--format=csv,noheader")
 			if err == nil || !strings.Contains(err.Error(), "pod does not exist") || time.Now().After(deadline) {
 				break
 			}
