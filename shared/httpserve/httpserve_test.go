@@ -54,3 +54,18 @@ func TestEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestReadiness(t *testing.T) {
+	r := NewReadiness("starting")
+	if err := r.Ready(); err == nil || err.Error() != "starting" {
+		t.Fatalf("Ready = %v, want starting", err)
+	}
+	r.SetReady()
+	if err := r.Ready(); err != nil {
+		t.Fatalf("Ready after SetReady = %v", err)
+	}
+	r.SetNotReady("kubelet gone")
+	if err := r.Ready(); err == nil || err.Error() != "kubelet gone" {
+		t.Fatalf("Ready = %v", err)
+	}
+}

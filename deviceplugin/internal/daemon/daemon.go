@@ -5,7 +5,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -42,9 +41,9 @@ type Daemon struct {
 	startTimeout time.Duration
 	nvmlRetry    time.Duration
 
-	notReady atomic.Pointer[string]
-	tracker  atomic.Pointer[health.Tracker]
-	sim      atomic.Pointer[backend.Backend]
+	ready   *httpserve.Readiness
+	tracker atomic.Pointer[health.Tracker]
+	sim     atomic.Pointer[backend.Backend]
 }
 
 // Option configures a Daemon.
@@ -71,23 +70,15 @@ const checkpointFile = "health.json"
 
 // New returns a daemon for cfg.
 func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
-	d := &Daemon{cfg: cfg, log: log, open: backend.Open, poll: time.Second, startTimeout: 10 * time.Second, nvmlRetry: 10 * time.Second}
+	d := &Daemon{cfg: cfg, log: log, ready: httpserve.NewReadiness("starting"), open: backend.Open, poll: time.Second, startTimeout: 10 * time.Second, nvmlRetry: 10 * time.Second}
 	for _, o := range opts {
 		o(d)
 	}
-	d.setNotReady("starting")
 	return d
 }
 
-func (d *Daemon) setNotReady(why string) { d.notReady.Store(&why) }
-
 // Ready is nil once the plugin is registered with kubelet, else why not.
-func (d *Daemon) Ready() error {
-	if p := d.notReady.Load(); p != nil {
-		return errors.New(*p)
-	}
-	return nil
-}
+func (d *Daemon) Ready() error { return d.ready.Ready() }
 
 // Run runs until ctx ends. It returns an error when the plugin cannot
 // start: bad GPU selection, CDI spec failure, NVML missing with
@@ -202,11 +193,11 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 		kubelet.WithOnRegister(func(err error) {
 			if err != nil {
 				m.Registrations.WithLabelValues("error").Inc()
-				d.setNotReady("not registered with kubelet: " + err.Error())
+				d.ready.SetNotReady("not registered with kubelet: " + err.Error())
 				return
 			}
 			m.Registrations.WithLabelValues("ok").Inc()
-			d.notReady.Store(nil)
+			d.ready.SetReady()
 		}))
 
 	g, ctx := errgroup.WithContext(ctx)
@@ -216,7 +207,7 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 		if !d.awaitMonitoring(ctx, tracker) {
 			return nil
 		}
-		d.setNotReady("not registered with kubelet yet (waiting for " + d.cfg.KubeletSocket() + ")")
+		d.ready.SetNotReady("not registered with kubelet yet (waiting for " + d.cfg.KubeletSocket() + ")")
 		return registrar.Run(ctx)
 	})
 	return g.Wait()
@@ -228,7 +219,7 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 // GPU Unhealthy with the reason, rather than stay invisible. It returns
 // false when ctx ended first.
 func (d *Daemon) awaitMonitoring(ctx context.Context, t *health.Tracker) bool {
-	d.setNotReady("waiting for health monitoring to start")
+	d.ready.SetNotReady("waiting for health monitoring to start")
 	timeout := time.NewTimer(d.startTimeout)
 	defer timeout.Stop()
 	select {
@@ -266,7 +257,7 @@ func (d *Daemon) openNVML(ctx context.Context) (*backend.Backend, error) {
 		if d.cfg.OnNVMLError == config.OnNVMLErrorExit {
 			return nil, err
 		}
-		d.setNotReady(err.Error())
+		d.ready.SetNotReady(err.Error())
 		d.log.Error("NVML unavailable; no GPUs published, retrying (set --on-nvml-error=exit to fail instead)", "error", err, "retry_in", d.nvmlRetry)
 		select {
 		case <-ctx.Done():

@@ -8,7 +8,6 @@ package dradaemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -52,14 +51,13 @@ type Daemon struct {
 	open    func(string, backend.Options) (*backend.Backend, error)
 	client  kubernetes.Interface
 	recover <-chan struct{}
-	grace   time.Duration
 	resend  time.Duration
 	lease   time.Duration
 	onStart func(*dra.Driver)
 
-	notReady atomic.Pointer[string]
-	tracker  atomic.Pointer[health.Tracker]
-	sim      atomic.Pointer[backend.Backend]
+	ready   *httpserve.Readiness
+	tracker atomic.Pointer[health.Tracker]
+	sim     atomic.Pointer[backend.Backend]
 }
 
 // Option configures a Daemon.
@@ -76,10 +74,10 @@ func WithOpen(f func(string, backend.Options) (*backend.Backend, error)) Option 
 // WithKubeClient replaces the API client built from --kubeconfig (tests).
 func WithKubeClient(c kubernetes.Interface) Option { return func(d *Daemon) { d.client = c } }
 
-// WithTimings sets the health start grace, the health report resend
-// interval and the health timeout kubelet applies (tests shorten them).
-func WithTimings(grace, resend, lease time.Duration) Option {
-	return func(d *Daemon) { d.grace, d.resend, d.lease = grace, resend, lease }
+// WithTimings sets the health report resend period and the lease of
+// kubelet's health stream (tests shorten them).
+func WithTimings(resend, lease time.Duration) Option {
+	return func(d *Daemon) { d.resend, d.lease = resend, lease }
 }
 
 // WithOnStart is called with the driver once it serves (tests, benchmarks).
@@ -87,23 +85,15 @@ func WithOnStart(f func(*dra.Driver)) Option { return func(d *Daemon) { d.onStar
 
 // New returns a daemon for cfg.
 func New(cfg draconfig.Config, log *slog.Logger, opts ...Option) *Daemon {
-	d := &Daemon{cfg: cfg, log: log, open: backend.Open, grace: 500 * time.Millisecond, resend: 10 * time.Second, lease: 30 * time.Second, onStart: func(*dra.Driver) {}}
+	d := &Daemon{cfg: cfg, log: log, ready: httpserve.NewReadiness("starting"), open: backend.Open, resend: 10 * time.Second, lease: 30 * time.Second, onStart: func(*dra.Driver) {}}
 	for _, o := range opts {
 		o(d)
 	}
-	d.setNotReady("starting")
 	return d
 }
 
-func (d *Daemon) setNotReady(why string) { d.notReady.Store(&why) }
-
 // Ready is nil once kubelet accepted the registration, else why not.
-func (d *Daemon) Ready() error {
-	if p := d.notReady.Load(); p != nil {
-		return errors.New(*p)
-	}
-	return nil
-}
+func (d *Daemon) Ready() error { return d.ready.Ready() }
 
 // Run runs until ctx ends or a part fails; it returns the first failure.
 func (d *Daemon) Run(ctx context.Context) error {
@@ -208,7 +198,7 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	d.log.Info("checkpoint loaded", "path", state.Path(), "prepared_claims", state.Len())
 	g.Go(func() error { return d.watchHealthMetric(ctx, tracker, drv, m) })
 
-	d.setNotReady("not registered with kubelet yet (registration socket in " + d.cfg.RegistrarDir + ")")
+	d.ready.SetNotReady("not registered with kubelet yet (registration socket in " + d.cfg.RegistrarDir + ")")
 	kctx := klog.NewContext(ctx, logr.FromSlogHandler(d.log.Handler()))
 	helper, err := kubeletplugin.Start(kctx, drv,
 		kubeletplugin.DriverName(contract.DRADriver), kubeletplugin.NodeName(d.cfg.NodeName), kubeletplugin.KubeClient(client),
@@ -265,11 +255,11 @@ func (d *Daemon) registrationSeen(m *metrics) grpc.UnaryServerInterceptor {
 			if st.PluginRegistered {
 				d.log.Info("registered with kubelet", "driver", contract.DRADriver)
 				m.registered.Set(1)
-				d.notReady.Store(nil)
+				d.ready.SetReady()
 			} else {
 				d.log.Error("kubelet refused the registration", "driver", contract.DRADriver, "error", st.Error)
 				m.registered.Set(0)
-				d.setNotReady("kubelet refused the registration: " + st.Error)
+				d.ready.SetNotReady("kubelet refused the registration: " + st.Error)
 			}
 		}
 		return handler(ctx, req)

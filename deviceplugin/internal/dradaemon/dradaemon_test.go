@@ -103,7 +103,7 @@ func (r *rig) start(t testing.TB) {
 		return b, err
 	}
 	r.d = New(r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithOpen(open), WithKubeClient(r.client),
-		WithTimings(20*time.Millisecond, 100*time.Millisecond, time.Second),
+		WithTimings(100*time.Millisecond, time.Second),
 		WithOnStart(func(*dra.Driver) { close(started) }))
 	r.done = make(chan error, 1)
 	go func() { r.done <- r.d.Run(ctx) }()
