@@ -112,6 +112,7 @@ const (
 	fixHandler    = "install nvinject's containerd drop-in: nvinject-node install-containerd-config, then restart containerd (on nvkind: docker exec <worker> systemctl restart containerd)"
 	fixNRI        = "nvinject-nri is not connected: kubectl -n " + contract.Namespace + " logs ds/" + contract.NRIApp + "; check containerd's NRI is enabled and its socket (/var/run/nri/nri.sock) is mounted into the pod"
 	fixRefusal    = "nvinject-nri refused the container; its message says what differs (runtimeClassName, stale CDI spec, GPU UUID mismatch): correct that, then delete the pod"
+	fixProbeLib   = "the container lacks a library of the driver: regenerate the CDI spec from the driver root (the device plugin writes it; with --hook-binary the ld.so.cache and libcuda.so links are made too) and check the root holds that library (nvinject-cdi generate --driver-root=...)"
 	fixApp        = "the device is in the container but CUDA cannot use it: compare the driver version (nvidia-smi) with the CUDA the image needs, check vLLM's arguments (--gpu-memory-utilization, --max-model-len, model) and read the pod's log"
 )
 
@@ -462,6 +463,7 @@ func appPod(p AppPod, f *finding) {
 	}
 	for _, c := range p.Containers {
 		ref := PodRef{Namespace: p.Namespace, Name: p.Name, Container: c.Name}
+		probeFindings(ref, c.Probe, f)
 		if line := cudaLine(c.LogTail); line != "" {
 			f.problem(fixApp, "%s log: %s", ref, line)
 			continue

@@ -13,23 +13,35 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nvinject/nvinject/doctor/kubeexec"
 )
 
 // Client builds a clientset from a kubeconfig path (empty: KUBECONFIG or
 // ~/.kube/config).
 func Client(kubeconfig string) (kubernetes.Interface, error) {
+	cs, _, err := clientAndExec(kubeconfig)
+	return cs, err
+}
+
+// clientAndExec is Client plus an ExecFunc running commands in containers
+// through the same API server.
+func clientAndExec(kubeconfig string) (kubernetes.Interface, ExecFunc, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig (pass --kubeconfig or set KUBECONFIG): %w", err)
+		return nil, nil, fmt.Errorf("load kubeconfig (pass --kubeconfig or set KUBECONFIG): %w", err)
 	}
 	cfg.Timeout = defaultAPITimeout
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
+		return nil, nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
 	}
-	return cs, nil
+	exec := func(ctx context.Context, ns, pod, container string, cmd ...string) (string, error) {
+		return kubeexec.Exec(ctx, cfg, cs, ns, pod, container, cmd...)
+	}
+	return cs, exec, nil
 }
 
 // resolveNode returns the node to examine.
@@ -288,7 +300,11 @@ func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Opti
 		}
 		ap := AppPod{PodRef: ref(p), Phase: string(p.Status.Phase), NodeName: p.Spec.NodeName}
 		for _, cs := range p.Status.ContainerStatuses {
-			ap.Containers = append(ap.Containers, appContainer(ctx, c, p, cs, o.LogTailLines))
+			st := appContainer(ctx, c, p, cs, o.LogTailLines)
+			if st.State == "running" && o.Exec != nil {
+				st.Probe = runProbe(ctx, o.Exec, p.Namespace, p.Name, cs.Name, o.Probe)
+			}
+			ap.Containers = append(ap.Containers, st)
 		}
 		ev.Pods = append(ev.Pods, ap)
 	}

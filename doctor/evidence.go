@@ -192,6 +192,8 @@ type ContainerState struct {
 	// restarted).
 	LogTail   string `json:"logTail,omitempty"`
 	LogUnread string `json:"logUnread,omitempty"`
+	// Probe is gpu-probe's report from inside the container, if it ran.
+	Probe *ProbeResult `json:"probe,omitempty"`
 }
 
 // AppPod is one pod of the application selector.

@@ -69,6 +69,14 @@ type Options struct {
 	ConfigMapName      string
 	ConfigMapKey       string
 
+	// Exec runs a command in a container (the doctor builds it from the
+	// kubeconfig when Client is not given); nil skips the in-pod probe.
+	Exec ExecFunc
+	// Probe is the command the application layer runs in each running
+	// application container (default gpu-probe --json, which the vLLM
+	// stand-in's image carries).
+	Probe []string
+
 	LogTailLines int64
 	HTTPClient   *http.Client
 	Logger       *slog.Logger
@@ -90,6 +98,7 @@ func Defaults() Options {
 		ConfigMapNamespace: contract.Namespace,
 		ConfigMapName:      contract.ConfigMapName,
 		ConfigMapKey:       contract.ConfigMapKey,
+		Probe:              []string{"gpu-probe", "--json"},
 		LogTailLines:       60,
 		HTTPClient:         &http.Client{Timeout: 5 * time.Second},
 		Logger:             slog.Default(),
@@ -118,6 +127,9 @@ func (o Options) withDefaults() Options {
 	str(&o.ConfigMapKey, d.ConfigMapKey)
 	if len(o.CDISpecDirs) == 0 {
 		o.CDISpecDirs = d.CDISpecDirs
+	}
+	if len(o.Probe) == 0 {
+		o.Probe = d.Probe
 	}
 	if o.LogTailLines == 0 {
 		o.LogTailLines = d.LogTailLines

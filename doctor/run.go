@@ -30,7 +30,10 @@ func Collect(ctx context.Context, o Options) Evidence {
 	log := o.Logger
 	e := Evidence{Node: o.Node, Resource: o.Resource, RuntimeClass: o.RuntimeClass}
 
-	client, kubeErr := kubeClient(o)
+	client, exec, kubeErr := kubeClient(o)
+	if o.Exec == nil {
+		o.Exec = exec
+	}
 	if kubeErr == "" {
 		node, err := resolveNode(ctx, client, o.Node, o.Resource)
 		if err != nil {
@@ -94,16 +97,16 @@ func metricsURL(given string, d DaemonEvidence) string {
 	return d.MetricsURL
 }
 
-func kubeClient(o Options) (kubernetes.Interface, string) {
+func kubeClient(o Options) (kubernetes.Interface, ExecFunc, string) {
 	switch {
 	case o.Client != nil:
-		return o.Client, ""
+		return o.Client, nil, ""
 	case o.NoKube:
-		return nil, "the API server is not consulted (--no-kube)"
+		return nil, nil, "the API server is not consulted (--no-kube)"
 	}
-	c, err := Client(o.Kubeconfig)
+	c, exec, err := clientAndExec(o.Kubeconfig)
 	if err != nil {
-		return nil, err.Error()
+		return nil, nil, err.Error()
 	}
-	return c, ""
+	return c, exec, ""
 }

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -142,6 +143,7 @@ func TestRun(t *testing.T) {
 		noKube    bool
 		remote    bool
 		noMetrics bool
+		probe     string
 		want      map[Layer]Status
 		evidence  map[Layer]string
 	}{
@@ -158,6 +160,21 @@ func TestRun(t *testing.T) {
 			evidence: map[Layer]string{
 				LayerRegistration: "waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + mig,
 				LayerHealth:       "allocatable=0 because nvinject-device-plugin stopped"}},
+		{name: "probe: every library loads, CUDA sees no device", client: cluster(uuid),
+			probe:    `{"libraries":[{"name":"libcuda.so.1","ok":true}],"calls":[{"call":"cuInit(0)","code":100,"name":"CUDA_ERROR_NO_DEVICE"}],"all_loaded":true}`,
+			want:     map[Layer]Status{LayerApplication: OK},
+			evidence: map[Layer]string{LayerApplication: "gpu-probe: all 1 driver libraries load; cuInit(0) = 100 CUDA_ERROR_NO_DEVICE"}},
+		{name: "probe: a driver library does not load", client: cluster(uuid),
+			probe:    `{"libraries":[{"name":"libcuda.so.1","ok":true},{"name":"libnvidia-nvvm.so.4","ok":false,"error":"cannot open shared object file"}],"calls":[],"all_loaded":false}`,
+			want:     map[Layer]Status{LayerApplication: Broken},
+			evidence: map[Layer]string{LayerApplication: "libnvidia-nvvm.so.4 does not load in the container (driver/user-space compatibility): cannot open shared object file"}},
+		{name: "probe: cuInit fails", client: cluster(uuid),
+			probe:    `{"libraries":[{"name":"libcuda.so.1","ok":true}],"calls":[{"call":"cuInit(0)","code":803,"name":"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"}],"all_loaded":true}`,
+			want:     map[Layer]Status{LayerApplication: Broken},
+			evidence: map[Layer]string{LayerApplication: "cuInit(0) = 803 CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"}},
+		{name: "probe not in the image", client: cluster(uuid), probe: "-",
+			want:     map[Layer]Status{LayerApplication: OK},
+			evidence: map[Layer]string{LayerApplication: "no in-container probe"}},
 		{name: "node only", noKube: true,
 			want: map[Layer]Status{LayerDriver: OK, LayerRegistration: Unknown, LayerHealth: OK, LayerScheduling: Unknown, LayerAllocate: Unknown, LayerCDIRuntime: Unknown, LayerApplication: Unknown}},
 		{name: "remote", client: cluster(uuid), remote: true,
@@ -169,6 +186,14 @@ func TestRun(t *testing.T) {
 			o.Node, o.NoKube, o.Remote = nodeName, tt.noKube, tt.remote
 			if tt.noMetrics {
 				o.DevicePluginMetrics = ""
+			}
+			if tt.probe != "" {
+				o.Exec = func(_ context.Context, _, _, _ string, cmd ...string) (string, error) {
+					if tt.probe == "-" {
+						return "", errors.New(`exec: "gpu-probe": executable file not found in $PATH`)
+					}
+					return tt.probe, nil
+				}
 			}
 			if tt.client != nil {
 				o.Client = tt.client

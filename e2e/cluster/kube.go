@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nvinject/nvinject/e2e/internal/kubeexec"
+	"github.com/nvinject/nvinject/doctor/kubeexec"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nvinject/nvinject/e2e/internal/kubeexec"
+	"github.com/nvinject/nvinject/doctor/kubeexec"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
