@@ -2,13 +2,9 @@ package podresources
 
 import (
 	"context"
-	"net"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
 
-	"google.golang.org/grpc"
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -39,25 +35,7 @@ func (draKubelet) Get(_ context.Context, r *podresv1.GetPodResourcesRequest) (*p
 }
 
 func TestClaims(t *testing.T) {
-	dir, err := os.MkdirTemp("", "podres")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "kubelet.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	podresv1.RegisterPodResourcesListerServer(srv, draKubelet{})
-	go srv.Serve(ln)
-	defer srv.Stop()
-	c, err := New(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := serve(t, draKubelet{})
 
 	got, err := c.Claims(context.Background(), "ns", "pod", "main", "gpu.nvinject.io")
 	want := []Claim{{Namespace: "ns", Name: "vllm-gpu", Devices: []ClaimDevice{{Pool: "node", Device: "gpu-0", CDIDevices: []string{"nvidia.com/gpu=GPU-a"}}}}}

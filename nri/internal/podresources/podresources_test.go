@@ -31,26 +31,7 @@ func (listOnly) List(context.Context, *podresv1.ListPodResourcesRequest) (*podre
 }
 
 func TestFallsBackToList(t *testing.T) {
-	dir, err := os.MkdirTemp("", "podres")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "kubelet.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	podresv1.RegisterPodResourcesListerServer(srv, listOnly{})
-	go srv.Serve(ln)
-	defer srv.Stop()
-
-	c, err := New(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := serve(t, listOnly{})
 	got, err := c.DeviceIDs(context.Background(), "ns", "pod", "main", "nvidia.com/gpu")
 	if err != nil || !slices.Equal(got, []string{"GPU-a", "GPU-b"}) {
 		t.Fatalf("got %v, %v", got, err)
@@ -58,4 +39,30 @@ func TestFallsBackToList(t *testing.T) {
 	if _, err := c.DeviceIDs(context.Background(), "ns", "missing", "main", "nvidia.com/gpu"); err == nil {
 		t.Fatal("a pod kubelet does not know was accepted")
 	}
+}
+
+// serve runs kubelet's PodResources API backed by lister on a real unix
+// socket and returns a Client connected to it; both end with t.
+func serve(t *testing.T, lister podresv1.PodResourcesListerServer) *Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "podres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "kubelet.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresv1.RegisterPodResourcesListerServer(srv, lister)
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	c, err := New(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
