@@ -20,20 +20,22 @@ type KubeletClaims interface {
 	Claims(ctx context.Context, namespace, pod, ctr, driver string) ([]podresources.Claim, error)
 }
 
-// claimNames returns the CDI names of our kind that nvinject-dra's claims
-// prepared for ctr, and the claims named for refusals. kubelet hands them
-// to containerd only in the CRI CDIDevices field, which containerd applies
+// claims returns nvinject-dra's claims for ctr from kubelet (none when
+// the kubelet client has no claim lookup). kubelet hands their CDI names to
+// containerd only in the CRI CDIDevices field, which containerd applies
 // itself without passing the names to NRI: so a container that has NVIDIA
-// device nodes but no names asks kubelet. No claims: nil, "".
-func (h *Handler) claimNames(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]string, string, error) {
+// device nodes but no names asks kubelet.
+func (h *Handler) claims(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]podresources.Claim, error) {
 	kc, ok := h.kubelet.(KubeletClaims)
 	if !ok {
-		return nil, "", nil
+		return nil, nil
 	}
-	claims, err := kc.Claims(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), contract.DRADriver)
-	if err != nil || len(claims) == 0 {
-		return nil, "", err
-	}
+	return kc.Claims(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), contract.DRADriver)
+}
+
+// claimNames returns the CDI names of our kind that claims prepared, and
+// the claims named for refusals ("" for no claims).
+func (h *Handler) claimNames(claims []podresources.Claim) ([]string, string) {
 	var names, labels []string
 	for _, c := range claims {
 		labels = append(labels, c.String())
@@ -43,7 +45,7 @@ func (h *Handler) claimNames(ctx context.Context, pod *api.PodSandbox, ctr *api.
 			}
 		}
 	}
-	return names, strings.Join(labels, ", "), nil
+	return names, strings.Join(labels, ", ")
 }
 
 // hasNVIDIANode reports whether the container already has an NVIDIA
@@ -57,19 +59,13 @@ func hasNVIDIANode(ctr *api.Container) bool {
 	return false
 }
 
-// claimUUIDs is the DRA side of the kubelet comparison: the GPUs that
-// nvinject-dra's claims prepared for ctr, as UUIDs (through the resolved
-// devices' UUID env), and the claims named for refusals. A claimed CDI name
-// the container does not resolve is kept as is, so the mismatch names it.
-// No claims: nil, "".
-func (h *Handler) claimUUIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, res resolve.Result) ([]string, string, error) {
-	kc, ok := h.kubelet.(KubeletClaims)
-	if !ok {
-		return nil, "", nil
-	}
-	claims, err := kc.Claims(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), contract.DRADriver)
-	if err != nil || len(claims) == 0 {
-		return nil, "", err
+// claimUUIDs is the DRA side of the kubelet comparison: the GPUs claims
+// prepared, as UUIDs (through the resolved devices' UUID env), and the
+// claims named for refusals. A claimed CDI name the container does not
+// resolve is kept as is, so the mismatch names it. No claims: nil, "".
+func (h *Handler) claimUUIDs(claims []podresources.Claim, res resolve.Result) ([]string, string) {
+	if len(claims) == 0 {
+		return nil, ""
 	}
 	uuidOf := map[string]string{}
 	for _, d := range res.Devices {
@@ -93,5 +89,5 @@ func (h *Handler) claimUUIDs(ctx context.Context, pod *api.PodSandbox, ctr *api.
 			ids = append(ids, n)
 		}
 	}
-	return ids, strings.Join(names, ", "), nil
+	return ids, strings.Join(names, ", ")
 }

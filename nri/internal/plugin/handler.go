@@ -190,13 +190,14 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		return outcome{}, refuse(ReasonBadRequest, err)
 	}
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
-	claims := ""
 	if len(names) == 0 && hasNVIDIANode(ctr) {
-		if names, claims, err = h.claimNames(ctx, pod, ctr); err != nil {
+		claims, err := h.claims(ctx, pod, ctr)
+		if err != nil {
 			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
-		if claims != "" {
-			who += " (" + claims + ")"
+		var held string
+		if names, held = h.claimNames(claims); held != "" {
+			who += " (" + held + ")"
 		}
 	}
 	if !h.handlers[pod.GetRuntimeHandler()] {

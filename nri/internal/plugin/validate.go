@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -56,14 +57,18 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if err != nil {
 		return nil, refuse(ReasonBadRequest, err)
 	}
-	claims := ""
+	// A DRA container: containerd applied its claims' CDI names itself. The
+	// claims are asked for once and serve the kubelet comparison below too.
+	var claims []podresources.Claim
+	asked, named := false, false
 	if len(names) == 0 && hasNVIDIANode(ctr) {
-		// A DRA container: containerd applied its claims' CDI names itself.
-		if names, claims, err = h.claimNames(ctx, pod, ctr); err != nil {
+		if claims, err = h.claims(ctx, pod, ctr); err != nil {
 			return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
-		if claims != "" {
-			who += " (" + claims + ")"
+		asked = true
+		var held string
+		if names, held = h.claimNames(claims); held != "" {
+			who, named = who+" ("+held+")", true
 		}
 	}
 	var res resolve.Result
@@ -95,13 +100,14 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 		in.Kubelet = kubeletUUIDs(ids, res)
 		if len(ids) == 0 {
 			// No device-plugin GPU: the DRA driver's claims are kubelet's word.
-			uuids, held, err := h.claimUUIDs(ctx, pod, ctr, res)
-			if err != nil {
-				return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+			if !asked {
+				if claims, err = h.claims(ctx, pod, ctr); err != nil {
+					return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+				}
 			}
-			if held != "" {
+			if uuids, held := h.claimUUIDs(claims, res); held != "" {
 				in.Kubelet = uuids
-				if claims == "" {
+				if !named {
 					who += " (" + held + ")"
 				}
 			}
