@@ -19,39 +19,63 @@ type Check struct {
 	// Reads is the evidence the check judges.
 	Reads string
 	Eval  func(Evidence) Verdict
+	// DRASymptom, DRAReads and DRAEval replace the above on a DRA-mode
+	// node; nil DRAEval means the layer is the same on both paths.
+	DRASymptom, DRAReads string
+	DRAEval              func(Evidence) Verdict
 }
 
 // Checks are the seed's rows, in chain order.
 var Checks = []Check{
-	{LayerDriver, "nvidia-smi fails on the worker",
-		"worker 内 `nvidia-smi` 失败 → 裸机 Driver、Container Toolkit、nvkind 注入",
-		"nvidia-smi --query-gpu (--nvidia-smi), the selected-GPU ConfigMap", checkDriver},
-	{LayerRegistration, "worker sees the GPU but the Node has no nvidia.com/gpu",
-		"worker 能看见 GPU，Node 没有 `nvidia.com/gpu` → Device Plugin 注册、ListAndWatch、socket",
-		"Node capacity, the device-plugins dir (kubelet.sock, plugin socket), the plugin's pod (state, restarts, last error) and metrics (registrations, streams, devices)", checkRegistration},
-	{LayerHealth, "capacity 1 but allocatable 0",
-		"Capacity 为 1，Allocatable 为 0 → 插件报告的设备不再健康，检查 ListAndWatch",
-		"Node capacity vs allocatable, the plugin's device_healthy and health_events metrics, whether the plugin's pod runs", checkHealth},
-	{LayerScheduling, "pod Pending with Insufficient nvidia.com/gpu",
-		"Pod 一直 Pending 且 `Insufficient nvidia.com/gpu` → Scheduler 资源账本与现有 GPU Pod",
-		"GPU requests of pods bound to the node, unscheduled GPU pods and their FailedScheduling messages", checkScheduling},
-	{LayerAllocate, "pod bound but Allocate failed",
-		"Pod 已绑定，出现 `Allocate failed` → Kubelet Device Manager 与 Device Plugin",
-		"pod status and UnexpectedAdmissionError events with Allocate failed, the plugin's refused Allocate counter", checkAllocate},
-	{LayerCDIRuntime, "CreateContainerError mentioning CDI/runtime",
-		"`CreateContainerError` 提到 CDI/runtime → CDI spec、containerd handler、RuntimeClass",
-		"CDI spec files and whether pods' CDI names resolve, the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's metrics and refusals", checkCDIRuntime},
-	{LayerApplication, "device present but CUDA init fails",
-		"容器内有设备，vLLM CUDA 初始化失败 → Driver/用户态兼容、vLLM 参数和应用日志",
-		"the application pods' state and log tail (CUDA/NVML failure lines)", checkApplication},
+	{Layer: LayerDriver, Symptom: "nvidia-smi fails on the worker",
+		Seed:  "worker 内 `nvidia-smi` 失败 → 裸机 Driver、Container Toolkit、nvkind 注入",
+		Reads: "nvidia-smi --query-gpu (--nvidia-smi), the selected-GPU ConfigMap", Eval: checkDriver},
+	{Layer: LayerRegistration, Symptom: "worker sees the GPU but the Node has no nvidia.com/gpu",
+		Seed:       "worker 能看见 GPU，Node 没有 `nvidia.com/gpu` → Device Plugin 注册、ListAndWatch、socket",
+		Reads:      "the node's mode (label " + contract.DRAModeLabel + ", daemons), Node capacity, the device-plugins dir (kubelet.sock, plugin socket), the plugin's pod (state, restarts, last error) and metrics (registrations, streams, devices)",
+		Eval:       checkRegistration,
+		DRASymptom: "worker sees the GPU but no ResourceSlice offers it",
+		DRAReads:   "the node's mode and its other owner, nvinject-dra's pod and metrics (registered), the driver's ResourceSlices for the node and their devices, DeviceClass " + contract.DRADriver + " and its extendedResourceName, Node allocatable (0 on a DRA node)",
+		DRAEval:    checkDRARegistration},
+	{Layer: LayerHealth, Symptom: "capacity 1 but allocatable 0",
+		Seed:       "Capacity 为 1，Allocatable 为 0 → 插件报告的设备不再健康，检查 ListAndWatch",
+		Reads:      "Node capacity vs allocatable, the plugin's device_healthy and health_events metrics, whether the plugin's pod runs",
+		Eval:       checkHealth,
+		DRASymptom: "the GPU is published but tainted, or a pod's device Unhealthy",
+		DRAReads:   "ResourceSlice device taints (" + contract.DRATaintKey + "), nvinject-dra's device_healthy, health_events and health_streams metrics, pods' status.containerStatuses[].allocatedResourcesStatus (KEP-4680)",
+		DRAEval:    checkDRAHealth},
+	{Layer: LayerScheduling, Symptom: "pod Pending with Insufficient nvidia.com/gpu",
+		Seed:       "Pod 一直 Pending 且 `Insufficient nvidia.com/gpu` → Scheduler 资源账本与现有 GPU Pod",
+		Reads:      "GPU requests of pods bound to the node, unscheduled GPU pods and their FailedScheduling messages",
+		Eval:       checkScheduling,
+		DRASymptom: "pod Pending: no device can be allocated",
+		DRAReads:   "the claims holding the node's devices, free and tainted devices, unscheduled pods (nvidia.com/gpu or resourceClaims) and their FailedScheduling messages",
+		DRAEval:    checkDRAScheduling},
+	{Layer: LayerAllocate, Symptom: "pod bound but Allocate failed",
+		Seed:       "Pod 已绑定，出现 `Allocate failed` → Kubelet Device Manager 与 Device Plugin",
+		Reads:      "pod status and UnexpectedAdmissionError events with Allocate failed, the plugin's refused Allocate counter",
+		Eval:       checkAllocate,
+		DRASymptom: "pod bound but its claim is not prepared",
+		DRAReads:   "each claim's allocation (status.allocation.devices.results: driver, pool, device; reservedFor; the pod's extendedResourceClaimStatus or resourceClaimStatuses), FailedPrepareDynamicResources events, nvinject-dra's prepare metrics",
+		DRAEval:    checkDRAAllocate},
+	{Layer: LayerCDIRuntime, Symptom: "CreateContainerError mentioning CDI/runtime",
+		Seed:  "`CreateContainerError` 提到 CDI/runtime → CDI spec、containerd handler、RuntimeClass",
+		Reads: "CDI spec files and whether pods' CDI names resolve (DRA: those of the allocated devices), the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's metrics and refusals", Eval: checkCDIRuntime},
+	{Layer: LayerApplication, Symptom: "device present but CUDA init fails",
+		Seed:  "容器内有设备，vLLM CUDA 初始化失败 → Driver/用户态兼容、vLLM 参数和应用日志",
+		Reads: "the application pods' state and log tail (CUDA/NVML failure lines)", Eval: checkApplication},
 }
 
 // Evaluate runs every check on e.
 func Evaluate(e Evidence) []Verdict {
 	out := make([]Verdict, 0, len(Checks))
 	for _, c := range Checks {
-		v := c.Eval(e)
-		v.Layer, v.Symptom = c.Layer, c.Symptom
+		eval, symptom := c.Eval, c.Symptom
+		if draMode(e) && c.DRAEval != nil {
+			eval, symptom = c.DRAEval, c.DRASymptom
+		}
+		v := eval(e)
+		v.Layer, v.Symptom = c.Layer, symptom
 		if v.Status == OK {
 			v.Fix = ""
 		}
@@ -183,6 +207,7 @@ func registrationCauses(e Evidence, f *finding) {
 
 func checkRegistration(e Evidence) Verdict {
 	var f finding
+	ownerFacts(e, &f)
 	n := e.NodeStatus
 	if n.Unread == "" && n.Published && n.Capacity > 0 {
 		// kubelet keeps an earlier registration's capacity for a while

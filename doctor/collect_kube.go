@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nvinject/nvinject/doctor/kubeexec"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Client builds a clientset from a kubeconfig path (empty: KUBECONFIG or
@@ -81,6 +82,7 @@ func collectNode(ctx context.Context, c kubernetes.Interface, node, resource str
 	if q, ok := n.Status.Allocatable[rn]; ok {
 		ev.Allocatable = q.Value()
 	}
+	ev.ModeLabel = n.Labels[contract.DRAModeLabel]
 	return ev
 }
 
@@ -143,6 +145,10 @@ type kubeFacts struct {
 	err      string
 }
 
+// kubeletFailedPrepare is kubelet's event reason when NodePrepareResources
+// failed for one of the pod's claims.
+const kubeletFailedPrepare = "FailedPrepareDynamicResources"
+
 // createReasons are container waiting/terminated reasons that mean the
 // runtime could not create or start the container.
 var createReasons = []string{"CreateContainerError", "RunContainerError", "CreateContainerConfigError", "StartError"}
@@ -191,7 +197,7 @@ func collectPods(ctx context.Context, c kubernetes.Interface, node, resource str
 	}
 	for i := range pending.Items {
 		p := &pending.Items[i]
-		if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending || gpuRequest(p.Spec, resource) == 0 {
+		if p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending || (gpuRequest(p.Spec, resource) == 0 && len(p.Spec.ResourceClaims) == 0) {
 			continue
 		}
 		msg := ""
@@ -236,6 +242,9 @@ func boundPod(p *corev1.Pod, resource string, events map[string]corev1.Event, kf
 	if terminal(p) {
 		return
 	}
+	if ev, ok := events[kubeletFailedPrepare]; ok {
+		kf.allocate.PrepareFailures = append(kf.allocate.PrepareFailures, PodMessage{PodRef: r, Reason: ev.Reason, Message: ev.Message})
+	}
 	// The sandbox error and the creation event carry the runtime's text
 	// when the container status does not (yet).
 	for _, reason := range []string{"FailedCreatePodSandBox", "Failed"} {
@@ -272,7 +281,7 @@ func collectRuntimeClass(ctx context.Context, c kubernetes.Interface, name strin
 func appSelector(o Options) string {
 	sel := o.PodSelector
 	if sel == "" {
-		sel = "pods requesting " + o.Resource + " on the node"
+		sel = "pods requesting " + o.Resource + " or holding a " + contract.DRADriver + " claim on the node"
 	}
 	if o.PodNamespace != "" {
 		sel = o.PodNamespace + "/" + sel
@@ -281,8 +290,9 @@ func appSelector(o Options) string {
 }
 
 // collectApp reads the application's pods: those PodSelector selects, or
-// by default every pod on the node that requests the GPU resource.
-func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Options) AppEvidence {
+// by default every pod on the node that requests the GPU resource or holds
+// one of the DRA claims dra found.
+func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Options, dra *DRAEvidence) AppEvidence {
 	ev := AppEvidence{Selector: appSelector(o)}
 	lo := metav1.ListOptions{LabelSelector: o.PodSelector}
 	if o.PodSelector == "" {
@@ -295,7 +305,7 @@ func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Opti
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if o.PodSelector == "" && (p.Spec.NodeName != node || gpuRequest(p.Spec, o.Resource) == 0) {
+		if o.PodSelector == "" && (p.Spec.NodeName != node || (gpuRequest(p.Spec, o.Resource) == 0 && !dra.uses(ref(p)))) {
 			continue
 		}
 		ap := AppPod{PodRef: ref(p), Phase: string(p.Status.Phase), NodeName: p.Spec.NodeName}

@@ -74,17 +74,32 @@ func collectPlugin(ctx context.Context, o Options, pod DaemonEvidence) PluginEvi
 	ev.RegistrationErrors = orZero(f.SumWhere(MetricRegistrations, "result", "error"))
 	ev.Streams = f.Sum(MetricStreams)
 	ev.AllocateErrors = orZero(f.SumWhere(MetricAllocations, "result", "refused"))
-	for _, s := range f[MetricHealthEvents] {
+	ev.HealthEvents = healthEvents(f, MetricHealthEvents)
+	ev.Devices = deviceHealth(f, MetricDeviceHealthy)
+	return ev
+}
+
+// healthEvents are the health events a daemon counted that its policy did
+// not ignore ("xid 79", "gpu-lost").
+func healthEvents(f promtext.Families, name string) []string {
+	var out []string
+	for _, s := range f[name] {
 		if s.Value > 0 && s.Labels["ignored"] != "true" {
-			ev.HealthEvents = append(ev.HealthEvents, strings.TrimSpace(s.Labels["kind"]+" "+s.Labels["xid"]))
+			out = append(out, strings.TrimSpace(s.Labels["kind"]+" "+s.Labels["xid"]))
 		}
 	}
-	slices.Sort(ev.HealthEvents)
-	for _, s := range f[MetricDeviceHealthy] {
-		ev.Devices = append(ev.Devices, DeviceHealth{UUID: s.Labels["uuid"], Healthy: s.Value == 1})
+	slices.Sort(out)
+	return out
+}
+
+// deviceHealth reads a daemon's per-GPU healthy gauge.
+func deviceHealth(f promtext.Families, name string) []DeviceHealth {
+	var out []DeviceHealth
+	for _, s := range f[name] {
+		out = append(out, DeviceHealth{UUID: s.Labels["uuid"], Healthy: s.Value == 1})
 	}
-	slices.SortFunc(ev.Devices, func(a, b DeviceHealth) int { return strings.Compare(a.UUID, b.UUID) })
-	return ev
+	slices.SortFunc(out, func(a, b DeviceHealth) int { return strings.Compare(a.UUID, b.UUID) })
+	return out
 }
 
 func orZero(p *float64) *float64 {
@@ -129,7 +144,8 @@ func collectContainerd(path string) ContainerdEvidence {
 var cdiName = regexp.MustCompile(`[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9._-]*=[A-Za-z0-9][A-Za-z0-9_.:-]*[A-Za-z0-9]`)
 
 // wantedNames are the CDI names pods need: nvinject's names for the
-// selected and published GPUs, and any name a container error mentions.
+// selected and published GPUs, the GPUs DRA claims hold, and any name a
+// container error mentions.
 func wantedNames(e Evidence, kind string) []string {
 	var out []string
 	add := func(n string) {
@@ -144,6 +160,13 @@ func wantedNames(e Evidence, kind string) []string {
 	}
 	for _, d := range e.Plugin.Devices {
 		add(kind + "=" + d.UUID)
+	}
+	if e.DRA != nil {
+		for _, d := range e.DRA.Slices.Devices {
+			if d.UUID != "" && e.DRA.held(d) {
+				add(kind + "=" + d.UUID)
+			}
+		}
 	}
 	for _, c := range e.NRI.CreateErrors {
 		for _, n := range cdiName.FindAllString(c.Message, -1) {

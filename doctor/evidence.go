@@ -21,6 +21,11 @@ type Evidence struct {
 	Containerd   ContainerdEvidence   `json:"containerd"`
 	NRI          NRIEvidence          `json:"nri"`
 	App          AppEvidence          `json:"application"`
+	// Mode says whether the device plugin or nvinject-dra owns the node's
+	// GPUs; the DRA layers read DRAPod and DRA (collected in DRA mode only).
+	Mode   ModeEvidence   `json:"mode"`
+	DRAPod DaemonEvidence `json:"draPod"`
+	DRA    *DRAEvidence   `json:"dra,omitempty"`
 }
 
 // GPU is one line of nvidia-smi's query output.
@@ -76,6 +81,8 @@ type NodeEvidence struct {
 	Published   bool   `json:"published"`
 	Capacity    int64  `json:"capacity"`
 	Allocatable int64  `json:"allocatable"`
+	// ModeLabel is the Node's contract.DRAModeLabel value.
+	ModeLabel string `json:"modeLabel,omitempty"`
 }
 
 // SelectedEvidence is the ConfigMap value that limits the plugin's view.
@@ -123,10 +130,12 @@ type LedgerEvidence struct {
 	Pending []PodMessage `json:"pending,omitempty"`
 }
 
-// AllocateEvidence lists pods kubelet rejected because Allocate failed.
+// AllocateEvidence lists pods kubelet rejected because Allocate failed, and
+// those it could not prepare DRA claims for (FailedPrepareDynamicResources).
 type AllocateEvidence struct {
-	Unread   string       `json:"unread,omitempty"`
-	Failures []PodMessage `json:"failures,omitempty"`
+	Unread          string       `json:"unread,omitempty"`
+	Failures        []PodMessage `json:"failures,omitempty"`
+	PrepareFailures []PodMessage `json:"prepareFailures,omitempty"`
 }
 
 // SpecError is one CDI spec file the CDI library refused.

@@ -51,7 +51,13 @@ type Options struct {
 	// (DaemonNamespace, label contract.AppLabel) and reads its pod IP.
 	DevicePluginMetrics string
 	NRIMetrics          string
-	DaemonNamespace     string
+	// DRAMetrics is nvinject-dra's metrics URL, found like the others.
+	DRAMetrics      string
+	DaemonNamespace string
+
+	// Mode forces the node's mode (contract.DRAModeDevicePlugin or
+	// contract.DRAModeDRA); empty detects it (label, then daemons).
+	Mode string
 
 	// PodSelector selects the application's pods; empty takes every pod on
 	// the node that requests Resource.

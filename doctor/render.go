@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // maxEvidence bounds the evidence lines the table shows per layer; JSON
@@ -68,10 +70,13 @@ func WriteExplain(w io.Writer) error {
 	fmt.Fprintln(tw, "LAYER\tSEED ROW (symptom → what to check)\tTHE DOCTOR READS")
 	for _, c := range Checks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Layer, c.Seed, c.Reads)
+		if c.DRAEval != nil {
+			fmt.Fprintf(tw, "\tDRA node: %s\t%s\n", c.DRASymptom, c.DRAReads)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, "\nVerdicts: OK the layer's evidence was read and holds; BROKEN a problem was found (the first broken layer is the one to fix first, later ones often follow from it); UNKNOWN some evidence could not be read (the FIX says which flag gives it).\nExit status: 0 no layer broken, 1 a layer broken or the doctor failed, 2 bad usage.")
+	_, err := fmt.Fprintln(w, "\nOn a DRA-mode node (label "+contract.DRAModeLabel+"="+contract.DRAModeDRA+", or "+contract.DRAApp+" alone on it; --mode forces it) the layers marked \"DRA node\" read DRA's objects instead.\nVerdicts: OK the layer's evidence was read and holds; BROKEN a problem was found (the first broken layer is the one to fix first, later ones often follow from it); UNKNOWN some evidence could not be read (the FIX says which flag gives it).\nExit status: 0 no layer broken, 1 a layer broken or the doctor failed, 2 bad usage.")
 	return err
 }

@@ -48,6 +48,7 @@ func Collect(ctx context.Context, o Options) Evidence {
 		e.RuntimeCls.Unread, e.NRI.ErrorsUnread, e.App.Unread = kubeErr, kubeErr, kubeErr
 		e.PluginPod = DaemonEvidence{App: contract.DevicePluginApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
 		e.NRIPod = DaemonEvidence{App: contract.NRIApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
+		e.DRAPod = DaemonEvidence{App: contract.DRAApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
 		e.App.Selector = appSelector(o)
 	} else {
 		e.NodeStatus = collectNode(ctx, client, e.Node, o.Resource)
@@ -58,9 +59,16 @@ func Collect(ctx context.Context, o Options) Evidence {
 			e.Ledger.Unread, e.Allocate.Unread, e.NRI.ErrorsUnread = kf.err, kf.err, kf.err
 		}
 		e.RuntimeCls = collectRuntimeClass(ctx, client, o.RuntimeClass)
-		e.App = collectApp(ctx, client, e.Node, o)
 		e.PluginPod = collectDaemon(ctx, client, o.DaemonNamespace, contract.DevicePluginApp, e.Node, contract.DevicePluginMetricsPort)
 		e.NRIPod = collectDaemon(ctx, client, o.DaemonNamespace, contract.NRIApp, e.Node, contract.NRIMetricsPort)
+		e.DRAPod = collectDaemon(ctx, client, o.DaemonNamespace, contract.DRAApp, e.Node, contract.DRAMetricsPort)
+	}
+	e.Mode = detectMode(o.Mode, e.NodeStatus, e.PluginPod, e.DRAPod)
+	if e.Mode.Mode == contract.DRAModeDRA {
+		e.DRA = collectDRA(ctx, client, e.Node, o, e.DRAPod)
+	}
+	if kubeErr == "" {
+		e.App = collectApp(ctx, client, e.Node, o, e.DRA)
 	}
 	o.DevicePluginMetrics = metricsURL(o.DevicePluginMetrics, e.PluginPod)
 	o.NRIMetrics = metricsURL(o.NRIMetrics, e.NRIPod)

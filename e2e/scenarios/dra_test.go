@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nvinject/nvinject/doctor"
 	"github.com/nvinject/nvinject/e2e/simnode"
 	"github.com/nvinject/nvinject/shared/contract"
 )
@@ -119,6 +120,20 @@ func TestDRA(t *testing.T) {
 		msg := waitEvent(t, ctx, "dra-second", "FailedScheduling", "0/1 nodes are available")
 		waitPod(t, ctx, "dra-second", 5*time.Second, "Pending and unbound", func(p *corev1.Pod) bool { return p.Status.Phase == "Pending" && p.Spec.NodeName == "" })
 		t.Logf("second GPU pod Pending: %s", msg)
+
+		r := runDoctor(t, ctx, nil)
+		wantBroken(t, r, doctor.LayerScheduling, "pod "+ns+"/dra-second Pending: 0/1 nodes are available", "every GPU on the node is allocated")
+		for _, l := range []doctor.Layer{doctor.LayerDriver, doctor.LayerRegistration, doctor.LayerHealth, doctor.LayerAllocate, doctor.LayerCDIRuntime, doctor.LayerApplication} {
+			if v, _ := r.Verdict(l); v.Status != doctor.OK {
+				t.Errorf("doctor on the DRA node: %s is %s, want ok: %v (fix: %s)", l, v.Status, v.Evidence, v.Fix)
+			}
+		}
+		if v, _ := r.Verdict(doctor.LayerAllocate); !strings.Contains(strings.Join(v.Evidence, "\n"), "claim "+ns+"/"+s.ResourceClaimName+" (the scheduler's claim for "+contract.ResourceName) {
+			t.Errorf("doctor's allocate layer does not name the pod's claim %s: %v", s.ResourceClaimName, v.Evidence)
+		}
+		if r.Evidence.Mode.Mode != contract.DRAModeDRA {
+			t.Errorf("doctor took the node for %q (%s), want %s", r.Evidence.Mode.Mode, r.Evidence.Mode.Source, contract.DRAModeDRA)
+		}
 	})
 
 	t.Run("claim pod timings", func(t *testing.T) {
@@ -162,6 +177,11 @@ func TestDRA(t *testing.T) {
 		p := waitPod(t, ctx, "dra-xid", time.Minute, "allocatedResourcesStatus Unhealthy", healthIs(corev1.ResourceHealthStatusUnhealthy))
 		t.Logf("FIGURE Xid 79: device tainted after %s, pod allocatedResourcesStatus Unhealthy after %s: %+v",
 			tTaint.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond), p.Status.ContainerStatuses[0].AllocatedResourcesStatus)
+		r := waitDoctor(t, ctx, doctor.LayerHealth, nil)
+		wantBroken(t, r, doctor.LayerHealth, "is tainted "+contract.DRATaintKey+"=xid:NoSchedule", "removes taint "+contract.DRATaintKey)
+		if v, _ := r.Verdict(doctor.LayerHealth); !strings.Contains(strings.Join(v.Evidence, "\n"), ns+"/dra-xid[") {
+			t.Errorf("doctor's health layer does not name the Unhealthy pod dra-xid: %v", v.Evidence)
+		}
 		if err := d.DRASimDebug(ctx, "recover", "uuid="+dep.UUID); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,8 @@
 // Command nvinject-doctor walks the GPU chain of one node (driver, device
 // plugin registration, device health, scheduling, Allocate, CDI/runtime,
-// application) and prints a verdict per layer with the evidence and fix.
+// application; on a DRA-mode node ResourceSlice, taints, claim allocation
+// and preparation instead) and prints a verdict per layer with the evidence
+// and fix.
 //
 //	nvinject-doctor --kubeconfig ~/.kube/config --node-name k8s-ai-infra-worker
 //	nvinject-doctor --json --no-kube      # node-local evidence only
@@ -22,6 +24,7 @@ import (
 
 	"github.com/nvinject/nvinject/doctor"
 	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
@@ -66,6 +69,8 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", d.NvidiaSMI, "nvidia-smi command line, run with the query appended; may reach into the worker: \"docker exec k8s-ai-infra-worker nvidia-smi\"")
 	fs.StringVar(&o.DevicePluginMetrics, "device-plugin-metrics", "", "nvinject-device-plugin metrics URL (default: found from its pod on the node)")
 	fs.StringVar(&o.NRIMetrics, "nri-metrics", "", "nvinject-nri metrics URL (default: found from its pod on the node)")
+	fs.StringVar(&o.DRAMetrics, "dra-metrics", "", "nvinject-dra metrics URL (default: found from its pod on the node)")
+	fs.StringVar(&o.Mode, "mode", "", "the node's owner of the GPU: "+contract.DRAModeDevicePlugin+" or "+contract.DRAModeDRA+" (default: the Node's "+contract.DRAModeLabel+" label, else the nvinject daemon running there)")
 	fs.StringVar(&o.DaemonNamespace, "daemon-namespace", d.DaemonNamespace, "namespace of nvinject's DaemonSets")
 	fs.StringVar(&o.PodSelector, "pod-selector", "", "label selector of the application's pods (default: every pod on the node requesting the resource)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", "", "namespace of the application's pods (default: all)")
@@ -85,6 +90,9 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	c.Deprecated("runtime-class", "runtime-handler")
 	if err := c.Parse(args, nil); err != nil {
 		return err
+	}
+	if o.Mode != "" && o.Mode != contract.DRAModeDevicePlugin && o.Mode != contract.DRAModeDRA {
+		return cli.Usagef("--mode %q: want %s or %s", o.Mode, contract.DRAModeDevicePlugin, contract.DRAModeDRA)
 	}
 	if len(c.Args()) > 0 {
 		return cli.Usagef("unexpected arguments %q; everything is given by flags", c.Args())

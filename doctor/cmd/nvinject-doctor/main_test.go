@@ -36,6 +36,9 @@ func TestRun(t *testing.T) {
 		{"help", []string{"--help"}, 0, "Usage: nvinject-doctor [flags]"},
 		{"version", []string{"--version"}, 0, "nvinject-doctor dev"},
 		{"explain", []string{"--explain"}, 0, "Capacity 为 1，Allocatable 为 0"},
+		{"explain DRA", []string{"--explain"}, 0, "DRA node: worker sees the GPU but no ResourceSlice offers it"},
+		{"bad mode", []string{"--mode", "cdi"}, 2, `--mode "cdi": want device-plugin or dra`},
+		{"DRA mode, node only", append([]string{"--mode", "dra", "--nvidia-smi", good, "--dra-metrics", "http://127.0.0.1:1/metrics"}, base...), 0, "mode dra (--mode dra)"},
 		{"deprecated alias", append([]string{"--nvidia-smi", good, "--resource=nvidia.com/gpu"}, base...), 0, "--resource is deprecated"},
 	}
 	for _, tt := range tests {

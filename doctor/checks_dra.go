@@ -1,0 +1,237 @@
+package doctor
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// The DRA path's fixes.
+const (
+	draLogs        = "kubectl -n " + contract.Namespace + " logs ds/" + contract.DRAApp + " --tail=100"
+	fixDRARegister = "kubelet has not accepted nvinject-dra's registration: check that its registrar and plugins hostPaths are kubelet's root dir (<root>/plugins_registry, <root>/plugins) and read " + draLogs
+	fixDRASlice    = "nvinject-dra publishes the node's ResourceSlice once registered: read " + draLogs + " for the publication error (RBAC of ServiceAccount nvinject-dra, API access)"
+	fixDRANoDevice = "nvinject-dra publishes no GPU: selected-gpu-uuid (ConfigMap " + contract.Namespace + "/" + contract.ConfigMapName + ") must name a GPU nvidia-smi lists, and MIG must be off"
+	fixDRAClass    = "kubectl apply -k deploy/overlays/dra-node (deploy/components/dra defines DeviceClass " + contract.DRADriver + " with extendedResourceName " + contract.ResourceName + ")"
+	fixTwoOwners   = "a node has one owner of " + contract.ResourceName + ": label it " + contract.DRAModeLabel + "=" + contract.DRAModeDRA + " or =" + contract.DRAModeDevicePlugin + " (deploy/overlays/dra-node, Helm mode: by-label) so only one DaemonSet selects it, and drain its GPU pods first"
+	fixDRARecover  = "the GPU is Unhealthy (Xid or lost GPU): read the host's dmesg for the Xid; nvinject-dra removes taint " + contract.DRATaintKey + " after --health-quiet-period without a new Xid, or at once on SIGHUP (on a simulated node: POST /debug/sim/recover?uuid=<uuid> on its metrics port); a lost GPU needs a reset or reboot; delete the affected pod to get a healthy device"
+	fixDRAStream   = "kubelet's health stream from nvinject-dra lapsed, so device health is Unknown: check nvinject-dra runs (" + draLogs + ") and its metric " + contract.MetricDRAHealthStreams + " is 1"
+	fixDRAPrepare  = "kubelet's NodePrepareResources call to nvinject-dra failed; the message names the claim: read " + draLogs + ", correct what it says (missing CDI spec, unknown device), then delete the pod so its controller recreates it"
+	fixDRAStale    = "the claim holds a device the node's ResourceSlice no longer has (GPU deselected or node switched): delete the pod (and its claim) so the scheduler allocates a published device"
+)
+
+// draMode says whether e was collected on a DRA-mode node.
+func draMode(e Evidence) bool { return e.Mode.Mode == contract.DRAModeDRA && e.DRA != nil }
+
+// ownerFacts reports the node's mode and flags a second owner of the
+// resource: the other daemon on the node, or (DRA) allocatable capacity a
+// device plugin still publishes.
+func ownerFacts(e Evidence, f *finding) {
+	f.fact("mode %s (%s)", e.Mode.Mode, e.Mode.Source)
+	other := e.DRAPod
+	if e.Mode.Mode == contract.DRAModeDRA {
+		other = e.PluginPod
+	}
+	if other.known() && other.running() {
+		f.problem(fixTwoOwners, "%s also runs on %s (%s): two owners of %s", other.App, e.Node, other.describe(), e.Resource)
+	}
+}
+
+func checkDRARegistration(e Evidence) Verdict {
+	var f finding
+	ownerFacts(e, &f)
+	d, m, s, c := e.DRAPod, e.DRA.Metrics, e.DRA.Slices, e.DRA.Class
+	if d.known() {
+		f.fact("%s: %s", contract.DRAApp, d.describe())
+	}
+	if m.Unread == "" {
+		f.fact("%s metrics: registered=%s prepared claims=%s health streams=%s", contract.DRAApp, num(m.Registered), num(m.Prepared), num(m.HealthStreams))
+	}
+	if s.Unread == "" {
+		f.fact("ResourceSlices %v: %s", s.Slices, orNone(sliceDevices(s.Devices)))
+	}
+	switch {
+	case d.known() && !d.running():
+		f.problem(daemonFix(d), "%s is not running on %s: %s", contract.DRAApp, e.Node, d.describe())
+	case m.Unread == "" && m.Registered != nil && *m.Registered == 0:
+		f.problem(fixDRARegister, "kubelet has not accepted %s's registration (%s=0)", contract.DRADriver, contract.MetricDRARegistered)
+	case s.Unread == "" && len(s.Slices) == 0:
+		f.problem(fixDRASlice, "no ResourceSlice of driver %s for node %s", contract.DRADriver, e.Node)
+	case s.Unread == "" && len(s.Devices) == 0:
+		f.problem(fixDRANoDevice, "the ResourceSlices of %s on %s list no device", contract.DRADriver, e.Node)
+	}
+	switch {
+	case c.Unread != "":
+		f.unread("DeviceClass "+c.Name, c.Unread)
+	case !c.Exists:
+		f.problem(fixDRAClass, "DeviceClass %s does not exist: no claim can ask for nvinject's GPUs", c.Name)
+	case c.ExtendedResourceName != e.Resource:
+		f.problem(fixDRAClass, "DeviceClass %s has extendedResourceName %q, want %q: pods asking for %s: 1 stay Pending on this node", c.Name, c.ExtendedResourceName, e.Resource, e.Resource)
+	default:
+		f.fact("DeviceClass %s serves extended resource %s (KEP-5004)", c.Name, c.ExtendedResourceName)
+	}
+	if n := e.NodeStatus; n.Unread == "" && n.Allocatable > 0 {
+		f.problem(fixTwoOwners, "Node %s still has allocatable %s=%d from a device plugin: the scheduler serves %s requests from it, not through DRA", e.Node, e.Resource, n.Allocatable, e.Resource)
+	}
+	f.unread(contract.DRAApp+"'s pod", d.Unread)
+	f.unread(contract.DRAApp+" metrics "+m.URL, m.Unread)
+	f.unread("ResourceSlices", s.Unread)
+	return f.verdict("give the doctor the cluster (--kubeconfig, --node-name) and nvinject-dra's metrics (--dra-metrics)")
+}
+
+func sliceDevices(ds []SliceDevice) []string {
+	out := make([]string, 0, len(ds))
+	for _, d := range ds {
+		s := fmt.Sprintf("%s %s memory=%s", d.ID(), d.UUID, d.Memory)
+		if len(d.Taints) > 0 {
+			s += " taints=" + strings.Join(d.Taints, ",")
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func checkDRAHealth(e Evidence) Verdict {
+	var f finding
+	m, s := e.DRA.Metrics, e.DRA.Slices
+	bad := map[string]bool{}
+	for _, d := range s.Devices {
+		if len(d.Taints) > 0 {
+			bad[d.UUID] = true
+			f.problem(fixDRARecover, "device %s (%s) is tainted %s: new claims avoid it%s", d.ID(), d.UUID, strings.Join(d.Taints, ","), eventsNote(m.HealthEvents))
+		}
+	}
+	for _, d := range m.Devices {
+		switch {
+		case !d.Healthy && !bad[d.UUID] && s.Unread == "":
+			f.problem(fixDRARecover, "%s reports %s Unhealthy but its ResourceSlice device has no taint yet: the slice update is pending or failed (%s)", contract.DRAApp, d.UUID, draLogs)
+		case !d.Healthy && !bad[d.UUID]:
+			f.problem(fixDRARecover, "%s reports %s Unhealthy%s", contract.DRAApp, d.UUID, eventsNote(m.HealthEvents))
+		default:
+			f.fact("%s reports %s healthy=%t", contract.DRAApp, d.UUID, d.Healthy)
+		}
+	}
+	if s.Unread == "" && len(bad) == 0 && len(s.Devices) > 0 {
+		f.fact("no device of %v is tainted", s.Slices)
+	}
+	for _, h := range e.DRA.Claims.Health {
+		switch h.Health {
+		case "Unhealthy":
+			f.problem(fixDRARecover, "%s: %s %s is Unhealthy (status.allocatedResourcesStatus)", h.PodRef, h.Resource, h.ID)
+		case "Unknown":
+			f.problem(fixDRAStream, "%s: %s %s health is Unknown (status.allocatedResourcesStatus)", h.PodRef, h.Resource, h.ID)
+		default:
+			f.fact("%s: %s %s %s", h.PodRef, h.Resource, h.ID, h.Health)
+		}
+	}
+	if m.Unread == "" && m.HealthStreams != nil && *m.HealthStreams == 0 && len(e.DRA.Claims.Health) > 0 {
+		f.problem(fixDRAStream, "kubelet has no health stream (NodeWatchResources) open to %s", contract.DRAApp)
+	}
+	if s.Unread != "" && m.Unread != "" {
+		f.unread("ResourceSlices", s.Unread)
+		f.unread(contract.DRAApp+" metrics "+m.URL, m.Unread)
+	}
+	f.unread("pods' device health", e.DRA.Claims.Unread)
+	return f.verdict("give the doctor the cluster (--kubeconfig, --node-name) or nvinject-dra's metrics (--dra-metrics)")
+}
+
+// draPending are the scheduler's messages that mean no device could be
+// allocated on the node.
+var draPending = []string{"cannot allocate all claims", "cannot fit resource", "cannot schedule extended resource claim", "resourceclaim not available", "device class"}
+
+func checkDRAScheduling(e Evidence) Verdict {
+	var f finding
+	l, cl, s := e.Ledger, e.DRA.Claims, e.DRA.Slices
+	if l.Unread != "" || cl.Unread != "" {
+		f.unread("pods and scheduler events", l.Unread)
+		f.unread("ResourceClaims", cl.Unread)
+		return f.verdict("give the doctor the cluster (--kubeconfig, --node-name)")
+	}
+	var holders []string
+	held := map[string]bool{}
+	for _, c := range cl.Claims {
+		for _, d := range c.Devices {
+			held[d.ID()] = true
+			holders = append(holders, fmt.Sprintf("%s (%s, reserved for %s)", c, d.ID(), orNone(c.ReservedFor)))
+		}
+	}
+	free, tainted := 0, 0
+	for _, d := range s.Devices {
+		switch {
+		case len(d.Taints) > 0:
+			tainted++
+		case !held[d.ID()]:
+			free++
+		}
+	}
+	f.fact("ledger on %s: %d of %d published device(s) allocated, %d tainted, %d free; claims: %s", e.Node, len(held), len(s.Devices), tainted, free, orNone(holders))
+	for _, p := range l.Pending {
+		if !strings.Contains(p.Message, "Insufficient "+e.Resource) && !slices.ContainsFunc(draPending, func(m string) bool { return strings.Contains(p.Message, m) }) {
+			continue
+		}
+		fix := "a device is free: the claim's selectors (CEL) or the pod's node constraints match none of " + e.Node + "'s devices: kubectl describe pod " + p.Name + " and kubectl get resourceslices -o yaml"
+		switch {
+		case s.Unread == "" && len(s.Devices) == 0:
+			fix = "the node publishes no device: fix the registration layer first"
+		case strings.Contains(p.Message, "device class"):
+			fix = fixDRAClass
+		case s.Unread == "" && free == 0 && tainted > 0 && len(held) < len(s.Devices):
+			fix = "the free GPU is tainted Unhealthy: fix the health layer first"
+		case s.Unread == "" && free == 0:
+			fix = "every GPU on the node is allocated: free one (delete or scale down the pods holding " + orNone(holders) + ") or add a GPU node"
+		}
+		f.problem(fix, "pod %s Pending: %s", p.PodRef, p.Message)
+	}
+	return f.verdict("")
+}
+
+func checkDRAAllocate(e Evidence) Verdict {
+	var f finding
+	m, cl, s := e.DRA.Metrics, e.DRA.Claims, e.DRA.Slices
+	if m.Unread == "" {
+		f.fact("%s counted %s failed NodePrepareResources claims; prepared claims now %s", contract.DRAApp, num(m.PrepareErrors), num(m.Prepared))
+	}
+	if cl.Unread != "" || e.Allocate.Unread != "" {
+		f.unread("ResourceClaims", cl.Unread)
+		f.unread("pods and kubelet events", e.Allocate.Unread)
+		return f.verdict("give the doctor the cluster (--kubeconfig, --node-name)")
+	}
+	uuid := map[string]string{}
+	for _, d := range s.Devices {
+		uuid[d.ID()] = d.UUID
+	}
+	for _, c := range cl.Claims {
+		how := "ResourceClaim"
+		if c.Extended {
+			how = "the scheduler's claim for " + e.Resource + " (KEP-5004)"
+		}
+		switch {
+		case !c.Allocated:
+			f.problem("the scheduler has not allocated the claim though its pod is on the node: kubectl describe resourceclaim -n "+c.Namespace+" "+c.Name, "claim %s (%s) used by %v is not allocated", c, how, c.Pods)
+			continue
+		case len(c.Devices) == 0:
+			f.fact("claim %s used by %v holds no %s device", c, c.Pods, contract.DRADriver)
+			continue
+		}
+		for _, d := range c.Devices {
+			u, ok := uuid[d.ID()]
+			if s.Unread == "" && !ok {
+				f.problem(fixDRAStale, "claim %s holds %s/%s, which no ResourceSlice of %s lists", c, d.Driver, d.ID(), e.Node)
+				continue
+			}
+			f.fact("claim %s (%s) allocated by the scheduler: request %s → %s/%s %s, reserved for %s", c, how, d.Request, d.Driver, d.ID(), u, orNone(c.ReservedFor))
+		}
+	}
+	for _, p := range e.Allocate.PrepareFailures {
+		f.problem(fixDRAPrepare, "pod %s: %s", p.PodRef, p.Message)
+	}
+	if len(cl.Claims) == 0 {
+		f.fact("no claim on %s holds a %s device", e.Node, contract.DRADriver)
+	}
+	if len(e.Allocate.PrepareFailures) == 0 {
+		f.fact("kubelet reported no FailedPrepareDynamicResources on %s", e.Node)
+	}
+	return f.verdict("")
+}
