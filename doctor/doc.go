@@ -31,6 +31,20 @@
 //	CUDA cannot initialise / app crashes      application   broken  CUDA error line or exit code from the pod log /
 //	                                                                driver vs CUDA version, vLLM arguments
 //
+// On a DRA-mode node (label nvinject.io/gpu-mode=dra, or nvinject-dra alone
+// on it) the registration, health, scheduling and allocate layers read DRA's
+// objects instead (checks_dra.go):
+//
+//	fault                                     layer         verdict evidence / fix
+//	nvinject-dra down or unregistered, no     registration  broken  its pod's last error, registered=0, no slice, DeviceClass
+//	  ResourceSlice or DeviceClass, a second                        missing or without extendedResourceName, allocatable > 0 /
+//	  owner (device plugin, allocatable > 0)                        logs, hostPaths, apply deploy/overlays/dra-node, relabel
+//	Xid (POST /debug/sim/xid on nvinject-dra) health        broken  the device's taint, the pod's allocatedResourcesStatus /
+//	                                                                quiet period, SIGHUP, recover
+//	every device allocated                    scheduling    broken  the pending pod's message and the claims holding devices
+//	NodePrepareResources fails, claim holds   allocate      broken  FailedPrepareDynamicResources text, the stale device /
+//	  a device no longer published                                  nvinject-dra's logs, delete the pod
+//
 // Report.Broken lists broken layers in chain order; the first is where to
 // start, since later layers depend on earlier ones.
 package doctor
