@@ -170,7 +170,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	if c.OnNVMLError != OnNVMLErrorExit && c.OnNVMLError != OnNVMLErrorWait {
 		errs = append(errs, fmt.Errorf("--on-nvml-error=%q is not valid; use exit or wait", c.OnNVMLError))
 	}
-	if err := validateResourceName(c.ResourceName); err != nil {
+	if err := ValidateResourceName(c.ResourceName); err != nil {
 		errs = append(errs, err)
 	}
 	if err := parser.ValidateVendorName(c.CDIVendor); err != nil {
@@ -235,7 +235,8 @@ func ParseXids(v string) ([]uint64, error) {
 	return out, nil
 }
 
-func validateResourceName(r string) error {
+// ValidateResourceName checks r is an extended resource name (--resource-name).
+func ValidateResourceName(r string) error {
 	domain, name, ok := strings.Cut(r, "/")
 	if !ok || domain == "" || name == "" || strings.Contains(name, "/") || strings.HasPrefix(domain, "kubernetes.io") || !strings.Contains(domain, ".") {
 		return fmt.Errorf("--resource-name=%q is not a valid extended resource; use <domain>/<name> such as nvidia.com/gpu", r)

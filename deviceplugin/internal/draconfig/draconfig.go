@@ -48,6 +48,12 @@ type Config struct {
 	RegistrarDir string
 	PluginDir    string
 	StateDir     string
+	// ResourceName is the extended resource the DeviceClass serves; with
+	// HoldEndpoint an empty device-plugin endpoint for it is registered in
+	// KubeletDir (package draendpoint says why).
+	ResourceName string
+	HoldEndpoint bool
+	KubeletDir   string
 
 	MetricsAddr string
 	LogFormat   string
@@ -71,6 +77,7 @@ func (c Config) Attrs() []any {
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
 		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(),
 		"registrar_dir", c.RegistrarDir, "plugin_dir", c.PluginDir, "state_dir", c.StateDir,
+		"resource_name", c.ResourceName, "hold_resource_endpoint", c.HoldEndpoint, "kubelet_dir", c.KubeletDir,
 		"metrics_addr", c.MetricsAddr,
 	}
 }
@@ -108,6 +115,9 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	fs.StringVar(&c.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory (same path inside and outside the container)")
 	fs.StringVar(&c.PluginDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "kubelet's plugins directory; the driver's dra.sock goes in <dir>/"+contract.DRADriver)
 	fs.StringVar(&c.StateDir, "state-dir", "", "where prepared claims are checkpointed (default: <kubelet-plugins-dir>/"+contract.DRADriver+")")
+	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource the DeviceClass's extendedResourceName serves (KEP-5004)")
+	fs.BoolVar(&c.HoldEndpoint, "hold-resource-endpoint", true, "register an empty device-plugin endpoint for --resource-name in --kubelet-dir: capacity 0 at once after a switch, and Kubernetes 1.37's device manager keeps serving the resource's DRA containers (deviceplugin/DRA.md)")
+	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock), for --hold-resource-endpoint")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.DRAMetricsPort), "address of /metrics, /healthz and /readyz; empty disables")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -141,6 +151,14 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	}
 	if err := parser.ValidateClassName(c.CDIClass); err != nil {
 		errs = append(errs, fmt.Errorf("--cdi-class=%s: %w", contract.Quote(c.CDIClass), err))
+	}
+	if c.HoldEndpoint {
+		if err := config.ValidateResourceName(c.ResourceName); err != nil {
+			errs = append(errs, err)
+		}
+		if !filepath.IsAbs(c.KubeletDir) {
+			errs = append(errs, fmt.Errorf("--kubelet-dir=%s is not an absolute path; give kubelet's device plugin directory, or --hold-resource-endpoint=false", contract.Quote(c.KubeletDir)))
+		}
 	}
 	if c.NodeName == "" {
 		errs = append(errs, errors.New("--node-name is empty; set NODE_NAME from the downward API (fieldRef spec.nodeName)"))

@@ -49,6 +49,8 @@ func TestLoadRejects(t *testing.T) {
 		{[]string{"--node-name=n", "--health-quiet-period=soon"}, "-health-quiet-period"},
 		{[]string{"--node-name=n", "--health-quiet-period=-1s"}, "--health-quiet-period=-1s is negative"},
 		{[]string{"--node-name=n", "extra"}, "unexpected arguments"},
+		{[]string{"--node-name=n", "--resource-name=gpu"}, "--resource-name=\"gpu\" is not a valid extended resource"},
+		{[]string{"--node-name=n", "--kubelet-dir=dp"}, "or --hold-resource-endpoint=false"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 	} {
 		_, err := draconfig.Load(tc.args, env(nil), &bytes.Buffer{}, &bytes.Buffer{})

@@ -34,7 +34,9 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
+	"github.com/nvinject/nvinject/deviceplugin/internal/draendpoint"
 	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
 	"github.com/nvinject/nvinject/deviceplugin/internal/simdebug"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -213,6 +215,12 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 		return nil
 	})
 	g.Go(func() error { return drv.Publish(ctx, helper) })
+	if d.cfg.HoldEndpoint {
+		ep := draendpoint.New(d.cfg.ResourceName)
+		reg := kubelet.New(d.cfg.KubeletDir, draendpoint.Socket, d.cfg.ResourceName, ep,
+			kubelet.WithLogger(d.log.With("component", "resource-endpoint")), kubelet.WithStopService(ep.Stop))
+		g.Go(func() error { return reg.Run(ctx) })
+	}
 	d.onStart(drv)
 	select {
 	case <-ctx.Done():

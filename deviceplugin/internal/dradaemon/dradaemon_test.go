@@ -26,7 +26,9 @@ import (
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
+	"github.com/nvinject/nvinject/deviceplugin/internal/draendpoint"
 	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
@@ -60,29 +62,32 @@ func TestMain(m *testing.M) {
 // rig is nvinject-dra on a simulated node, with a fake API server and this
 // test playing kubelet over the real unix sockets.
 type rig struct {
-	dir    string
-	client *fake.Clientset
-	cfg    draconfig.Config
-	sim    *sim.Node
-	d      *Daemon
-	stop   func()
-	done   chan error
+	dir     string
+	kubelet *kubelettest.Kubelet
+	client  *fake.Clientset
+	cfg     draconfig.Config
+	sim     *sim.Node
+	d       *Daemon
+	stop    func()
+	done    chan error
 }
 
-func newRig(t testing.TB, nvml string) *rig {
+func newRig(t testing.TB, nvml string, extra ...string) *rig {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "nvdra")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, sub := range []string{"registry", "dp"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	r := &rig{dir: dir, client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})}
-	r.cfg, err = draconfig.Load([]string{"--nvml=" + nvml, "--node-name=" + nodeName, "--driver-root=" + driverRoot(t, nvml),
+	r := &rig{dir: dir, kubelet: kubelettest.Start(t, filepath.Join(dir, "dp")), client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})}
+	r.cfg, err = draconfig.Load(append([]string{"--nvml=" + nvml, "--node-name=" + nodeName, "--driver-root=" + driverRoot(t, nvml),
 		"--cdi-spec-dir=" + filepath.Join(dir, "cdi"), "--kubelet-registrar-dir=" + filepath.Join(dir, "registry"),
-		"--kubelet-plugins-dir=" + filepath.Join(dir, "plugins"), "--metrics-addr=", "--health-quiet-period=0"},
+		"--kubelet-plugins-dir=" + filepath.Join(dir, "plugins"), "--kubelet-dir=" + filepath.Join(dir, "dp"), "--metrics-addr=", "--health-quiet-period=0"}, extra...),
 		func(string) string { return "" }, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -203,6 +208,30 @@ func (r *rig) dra(t testing.TB) drapbv1.DRAPluginClient {
 // health service advertised, the ResourceSlice, NodePrepareResources with
 // the shared CDI spec's name, idempotent and surviving a driver restart,
 // and NodeUnprepareResources.
+// TestHoldsResourceEndpoint: nvinject-dra registers an empty device-plugin
+// endpoint for the DeviceClass's extended resource, again after a restart,
+// and none with --hold-resource-endpoint=false.
+func TestHoldsResourceEndpoint(t *testing.T) {
+	r := newRig(t, "sim:a100-80gb")
+	for _, when := range []string{"start", "restart"} {
+		req := r.kubelet.WaitRegister(t, 10*time.Second)
+		if req.ResourceName != contract.ResourceName || req.Endpoint != draendpoint.Socket {
+			t.Fatalf("%s: registered %s at %s, want %s at %s", when, req.ResourceName, req.Endpoint, contract.ResourceName, draendpoint.Socket)
+		}
+		if when == "start" {
+			r.restart(t)
+		}
+	}
+
+	off := newRig(t, "sim:a100-80gb", "--hold-resource-endpoint=false")
+	off.register(t)
+	select {
+	case req := <-off.kubelet.Requests():
+		t.Errorf("registered %s at %s with --hold-resource-endpoint=false", req.ResourceName, req.Endpoint)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
 func TestPrepareOverSocketsAcrossRestart(t *testing.T) {
 	r := newRig(t, "sim:a100-80gb*2")
 	info := r.register(t)

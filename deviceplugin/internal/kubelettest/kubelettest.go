@@ -66,6 +66,9 @@ func (k *Kubelet) WaitRegister(t testing.TB, timeout time.Duration) *pluginapi.R
 	}
 }
 
+// Requests are the Register calls not yet taken by WaitRegister.
+func (k *Kubelet) Requests() <-chan *pluginapi.RegisterRequest { return k.reqs }
+
 // Restart stops this kubelet, removes kubelet.sock and starts a new one,
 // as a kubelet restart does.
 func (k *Kubelet) Restart(t testing.TB) *Kubelet {
