@@ -19,8 +19,13 @@ const (
 	fixDRARecover  = "the GPU is Unhealthy (Xid or lost GPU): read the host's dmesg for the Xid; nvinject-dra removes taint " + contract.DRATaintKey + " after --health-quiet-period without a new Xid, or at once on SIGHUP (on a simulated node: POST /debug/sim/recover?uuid=<uuid> on its metrics port); a lost GPU needs a reset or reboot; delete the affected pod to get a healthy device"
 	fixDRAStream   = "kubelet's health stream from nvinject-dra lapsed, so device health is Unknown: check nvinject-dra runs (" + draLogs + ") and its metric " + contract.MetricDRAHealthStreams + " is 1"
 	fixDRAPrepare  = "kubelet's NodePrepareResources call to nvinject-dra failed; the message names the claim: read " + draLogs + ", correct what it says (missing CDI spec, unknown device), then delete the pod so its controller recreates it"
+	fixDRAEndpoint = "kubelet's device manager has no endpoint for the extended resource any more (Kubernetes 1.37 after a switch from the device plugin, deviceplugin/DRA.md): run nvinject-dra with --hold-resource-endpoint (the default) and its --kubelet-dir mounted, then delete the pod"
 	fixDRAStale    = "the claim holds a device the node's ResourceSlice no longer has (GPU deselected or node switched): delete the pod (and its claim) so the scheduler allocates a published device"
 )
+
+// kubeletNoEndpoint is kubelet's device manager error for a resource whose
+// device-plugin endpoint it dropped.
+const kubeletNoEndpoint = "endpoint not found in cache for a registered resource"
 
 // draMode says whether e was collected on a DRA-mode node.
 func draMode(e Evidence) bool { return e.Mode.Mode == contract.DRAModeDRA && e.DRA != nil }
@@ -226,6 +231,13 @@ func checkDRAAllocate(e Evidence) Verdict {
 	}
 	for _, p := range e.Allocate.PrepareFailures {
 		f.problem(fixDRAPrepare, "pod %s: %s", p.PodRef, p.Message)
+	}
+	if e.NRI.ErrorsUnread == "" {
+		for _, c := range e.NRI.CreateErrors {
+			if strings.Contains(c.Message, kubeletNoEndpoint) {
+				f.problem(fixDRAEndpoint, "%s %s: %s", c.PodRef, c.Reason, c.Message)
+			}
+		}
 	}
 	if len(cl.Claims) == 0 {
 		f.fact("no claim on %s holds a %s device", e.Node, contract.DRADriver)

@@ -172,6 +172,13 @@ func TestRunDRA(t *testing.T) {
 			want:     map[Layer]Status{LayerAllocate: Broken},
 			evidence: map[Layer]string{LayerAllocate: "pod default/vllm-demo-1: Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim default/" + claimName},
 			fix:      map[Layer]string{LayerAllocate: "kubectl -n " + contract.Namespace + " logs ds/nvinject-dra"}},
+		{name: "kubelet lost the resource's device-plugin endpoint", change: func(w *draWorld) {
+			w.pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "vllm", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: "CreateContainerConfigError", Message: "endpoint not found in cache for a registered resource: nvidia.com/gpu"}}}
+		},
+			want:     map[Layer]Status{LayerAllocate: Broken},
+			evidence: map[Layer]string{LayerAllocate: "default/vllm-demo-1[vllm] CreateContainerConfigError: endpoint not found in cache for a registered resource: nvidia.com/gpu"},
+			fix:      map[Layer]string{LayerAllocate: "--hold-resource-endpoint"}},
 		{name: "claim's GPU not in the CDI spec", change: func(w *draWorld) {
 			other := "GPU-ffffffff-0000-0000-0000-000000000000"
 			w.slice.Spec.Devices[0].Attributes[contract.DRAAttrUUID] = resourceapi.DeviceAttribute{StringValue: &other}
