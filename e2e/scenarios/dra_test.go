@@ -231,6 +231,7 @@ func TestDRA(t *testing.T) {
 			if err != nil || got != dep.UUID {
 				t.Errorf("after the restart %s sees %q (%v), want %s", name, got, err, dep.UUID)
 			}
+			t.Logf("%s still sees %s, answering exec %s after the %s restart", name, got, time.Since(t0).Round(time.Millisecond), restart)
 			deletePod(t, name)
 			next := name + "-next"
 			createDRAPod(t, ctx, next, podSpec{runtimeClass: true}, "gpu-80gb")
@@ -240,8 +241,10 @@ func TestDRA(t *testing.T) {
 				// kubelet rebuilds its device manager from its checkpoint,
 				// which still lists the device plugin's pods: the seed's
 				// nvidia.com/gpu pod must run through DRA all the same.
+				t1 := time.Now()
 				createDRAPod(t, ctx, "dra-ext-after-restart", gpuPod, "")
 				waitPod(t, ctx, "dra-ext-after-restart", 2*time.Minute, "Running", running)
+				t.Logf("nvidia.com/gpu pod after the kubelet restart: Running %s after create", time.Since(t1).Round(time.Millisecond))
 				deletePod(t, "dra-ext-after-restart")
 			}
 		})
