@@ -112,6 +112,10 @@ func (draDriver) checked() string {
 	return "kubelet's record of the claim (PodResources dynamic_resources)"
 }
 
+func (draDriver) noHooks() string {
+	return "nvinject-dra writes the node's CDI spec without createContainer hooks (it has no --hook-binary)"
+}
+
 // doctor does not fail the DRA demo for the doctor's verdict: its layers
 // read the device-plugin path (deviceplugin/DRA.md lists what it will read
 // on a DRA node). A doctor that could not run still fails it.

@@ -22,6 +22,9 @@ type owner interface {
 	allocated(ctx context.Context, e evidence) (uuid, holder string, err error)
 	// checked says what nvinject-nri compared the injected UUID with.
 	checked() string
+	// noHooks says why the owner's CDI spec may run no createContainer hooks
+	// (library links, ld.so.cache update); "" when it must run them.
+	noHooks() string
 	// doctor judges nvinject-doctor's run: err is sh.run's.
 	doctor(err error, sh shell) error
 }
@@ -100,7 +103,7 @@ func (e evidence) show(ctx context.Context, o owner) error {
 		return err
 	}
 	sh.note("nvinject-nri checked the UUID it injected against %s before runc started the container", o.checked())
-	if err := realDriver(ctx, e.d, e.pod.Name, sh); err != nil {
+	if err := realDriver(ctx, e.d, e.pod.Name, o.noHooks(), sh); err != nil {
 		return err
 	}
 
@@ -138,6 +141,9 @@ func (devicePlugin) allocated(_ context.Context, e evidence) (string, string, er
 
 func (devicePlugin) checked() string { return "kubelet's allocation (PodResources devices)" }
 
+// noHooks: deploy/ gives the device plugin --hook-binary.
+func (devicePlugin) noHooks() string { return "" }
+
 func (devicePlugin) doctor(err error, _ shell) error { return err }
 
 // noDriver is what NVIDIA's nvidia-smi prints when its libraries load and the
@@ -147,8 +153,9 @@ const noDriver = "couldn't communicate with the NVIDIA driver"
 // realDriver shows NVIDIA's REAL driver user space inside the container: the
 // real nvidia-smi failing only for want of the kernel module, the driver's
 // libraries loading as CUDA programs load them, and the ld.so.cache the spec's
-// update-ldcache hook wrote. On the simulated root it says why it is skipped.
-func realDriver(ctx context.Context, d *simnode.Deployer, pod string, sh shell) error {
+// update-ldcache hook wrote; a spec without that hook fails the demo unless
+// noHooks says why it has none. On the simulated root it says why it is skipped.
+func realDriver(ctx context.Context, d *simnode.Deployer, pod, noHooks string, sh shell) error {
 	drv := d.Driver()
 	if !drv.Real() {
 		sh.section("NVIDIA's real driver user space inside the container: not shown")
@@ -172,9 +179,29 @@ func realDriver(ctx context.Context, d *simnode.Deployer, pod string, sh shell) 
 		return fmt.Errorf("a driver library did not load in %s: %w", pod, err)
 	}
 	sh.note("every library loads; cuInit 100 (no device) and nvmlInit 9 (Driver Not Loaded) are what the real driver answers without its kernel module")
-	if _, err := sh.run(ctx, exec(`ldconfig -p | grep -E 'libcuda|libnvidia-ml' || echo "ldconfig -p lists no NVIDIA library"`)...); err != nil {
+	spec, err := sh.run(ctx, "/bin/sh", "-c", "grep -n update-ldcache "+d.Node().CDIDir()+"/*.yaml || echo \""+noHook+"\"")
+	if err != nil {
 		return err
 	}
-	sh.note("the CDI spec's update-ldcache hook (nvinject-cdi-hook) indexed the driver's libraries in the container, where Triton (vLLM) looks for libcuda")
+	ld, err := sh.run(ctx, exec(`ldconfig -p | grep -E 'libcuda|libnvidia-ml' || echo "ldconfig -p lists no NVIDIA library"`)...)
+	if err != nil {
+		return err
+	}
+	switch hooked, indexed := !strings.Contains(spec, noHook), strings.Contains(ld, "libcuda.so.1"); {
+	case hooked && indexed:
+		sh.note("the CDI spec's update-ldcache hook (nvinject-cdi-hook) indexed the driver's libraries in the container, where Triton (vLLM) looks for libcuda")
+	case hooked:
+		sh.note("UNEXPECTED: the spec runs the update-ldcache hook, and the container's ld.so.cache lists no libcuda.so.1")
+		return fmt.Errorf("the update-ldcache hook did not index the driver's libraries in %s", pod)
+	case noHooks == "":
+		sh.note("UNEXPECTED: %s", noHook)
+		return fmt.Errorf("the CDI spec in %s runs no createContainer hooks: the device plugin needs --hook-binary (deploy/base)", d.Node().CDIDir())
+	default:
+		sh.note("NO HOOK: %s: its library links are bind mounts and nothing updated the container's ld.so.cache,", noHooks)
+		sh.note("so a program that looks libcuda up there (Triton, in vLLM) would not find it")
+	}
 	return nil
 }
+
+// noHook is what the spec check prints for a spec without the update-ldcache hook.
+const noHook = "the CDI spec runs no update-ldcache hook"
