@@ -42,7 +42,8 @@ func (draDriver) published(ctx context.Context, e evidence) error {
 	root := e.d.Node().KubeletRootDir()
 	if err := e.runAll(ctx, e.kubectl("get", "resourceslices", "--field-selector", sel),
 		e.kubectl("get", "resourceslices", "--field-selector", sel, "-o",
-			`jsonpath={range .items[*].spec.devices[*]}{.name}{": uuid="}{.attributes.uuid.string}{" productName="}{.attributes.productName.string}{" memory="}{.capacity.memory.value}{" taints="}{.taints}{"\n"}{end}`),
+			`jsonpath={range .items[*].spec.devices[*]}{.name}{":"}`+attr(contract.DRAAttrUUID)+attr(contract.DRAAttrProductName)+
+				`{" `+contract.DRACapacityMemory+`="}{.capacity.`+contract.DRACapacityMemory+`.value}{" taints="}{.taints}{"\n"}{end}`),
 		[]string{"ls", "-l", filepath.Join(root, "plugins_registry"), filepath.Join(root, "plugins", contract.DRADriver)}); err != nil {
 		return err
 	}
@@ -56,6 +57,9 @@ func (draDriver) published(ctx context.Context, e evidence) error {
 	e.sh.note("no device taint: the GPU is healthy (an Xid or a lost GPU adds %s=<reason>:NoSchedule)", contract.DRATaintKey)
 	return nil
 }
+
+// attr is a jsonpath printing the string attribute name of a device as name=value.
+func attr(name string) string { return `{" ` + name + `="}{.attributes.` + name + `.string}` }
 
 func (draDriver) capacity(c, a int64) string {
 	why := fmt.Sprintf("allocatable %d: nvinject-dra offers the GPU as a ResourceSlice device, not as a node resource; the scheduler satisfies %s through DeviceClass %s only on nodes whose allocatable %s is 0",
