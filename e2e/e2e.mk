@@ -4,12 +4,17 @@
 # make demo: a real single-node Kubernetes with a SIMULATED A100, nvinject
 # deployed with kubectl apply -k, the vLLM stand-in, the seed's evidence;
 # KEEP=1 leaves the node up and prints the kubectl line to use.
+# MODE=device-plugin (default) hands the GPU to kubelet by the device plugin;
+# MODE=dra labels the node nvinject.io/gpu-mode=dra first, so nvinject-dra
+# serves the seed's unchanged nvidia.com/gpu limit (DRA, KEP-5004) and the
+# evidence adds the DeviceClass, the ResourceSlice and the pod's ResourceClaim.
 # Both targets put NVIDIA's REAL driver user space (make driver-root) on the
 # node: DRIVER_LAYOUT=flat (default) or debian; DRIVER_LAYOUT=simulated, or an
 # unreachable Debian archive, uses the simulated driver root instead.
+MODE ?= device-plugin
 .PHONY: demo
-demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed, the vLLM stand-in, the evidence
-	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) $(if $(filter 1,$(KEEP)),-keep)
+demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed (MODE=device-plugin|dra), the vLLM stand-in, the evidence
+	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) -mode $(MODE) $(if $(filter 1,$(KEEP)),-keep)
 
 # make e2e: the GPU scenarios on one shared node (the doctor's fault tests
 # run under make test).

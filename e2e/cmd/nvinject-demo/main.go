@@ -3,6 +3,9 @@
 // SIMULATED A100 80GB), deploys nvinject with kubectl apply -k, runs the vLLM
 // stand-in on the GPU, prints the seed's evidence, each piece after the
 // command that produced it, and tears the node down (-keep leaves it up).
+// With -mode dra (MODE=dra) the node is moved to nvinject-dra by its label
+// before the seed's unchanged vLLM Deployment runs, and the evidence adds the
+// DeviceClass, the ResourceSlice and the pod's ResourceClaim.
 package main
 
 import (
@@ -17,20 +20,50 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/nvinject/nvinject/e2e/localnode"
 	"github.com/nvinject/nvinject/e2e/simnode"
 
 	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 type config struct {
 	repo, bin, tools, runDir, layout string
+	mode                             mode
 	keep                             bool
 }
 
+// mode is who hands the node's GPU to kubelet: contract.DRAModeDevicePlugin
+// or contract.DRAModeDRA, the values of the node label deploy/ schedules by.
+type mode string
+
+func (m *mode) String() string { return string(*m) }
+
+func (m *mode) Set(v string) error {
+	if v != contract.DRAModeDevicePlugin && v != contract.DRAModeDRA {
+		return fmt.Errorf("use %s or %s", contract.DRAModeDevicePlugin, contract.DRAModeDRA)
+	}
+	*m = mode(v)
+	return nil
+}
+
 func main() {
-	var c config
-	cmd := cli.New("nvinject-demo", "[flags]", cli.WithAbout("make demo: a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed the way an operator would, the vLLM stand-in, and the seed's evidence with the commands that produced it (root)."))
+	c, err := parse(os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	if err != nil {
+		os.Exit(cli.Code("nvinject-demo", err, os.Stderr))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, c, os.Stdout)
+	stop()
+	os.Exit(cli.Code("nvinject-demo", err, os.Stderr))
+}
+
+// parse reads the command line and then the environment through getenv.
+func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) (config, error) {
+	c := config{mode: contract.DRAModeDevicePlugin}
+	cmd := cli.New("nvinject-demo", "[flags]", cli.WithOutput(stdout, stderr), cli.WithAbout("make demo: a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed the way an operator would, the vLLM stand-in, and the seed's evidence with the commands that produced it (root)."))
 	flag := cmd.Flags()
 	flag.StringVar(&c.repo, "repo", ".", "nvinject checkout")
 	flag.StringVar(&c.bin, "bin", "bin", "nvinject programs (`make build`)")
@@ -38,16 +71,18 @@ func main() {
 	flag.StringVar(&c.runDir, "run-dir", "/tmp/nvinject-demo", "the node's run dir (keep it short: unix socket paths)")
 	flag.BoolVar(&c.keep, "keep", false, "leave the node up (KEEP=1)")
 	flag.StringVar(&c.layout, "driver-layout", "", "driver root on the node: flat (default) or debian for NVIDIA's REAL user space (make driver-root), simulated for the placeholder root (DRIVER_LAYOUT)")
+	flag.Var(&c.mode, "mode", "who hands the GPU to kubelet: `"+contract.DRAModeDevicePlugin+"|"+contract.DRAModeDRA+"`; dra labels the node "+contract.DRAModeLabel+"="+contract.DRAModeDRA+" for nvinject-dra (MODE)")
 	cmd.Env("tools-bin", "NVINJECT_TOOLS_BIN")
 	cmd.Env("driver-layout", "DRIVER_LAYOUT")
+	cmd.Env("mode", "MODE")
 	cmd.Env("keep", "KEEP")
-	if err := cmd.Parse(os.Args[1:], os.Getenv); err != nil {
-		os.Exit(cli.Code("nvinject-demo", err, os.Stderr))
+	if err := cmd.Parse(args, getenv); err != nil {
+		return config{}, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, c, os.Stdout)
-	stop()
-	os.Exit(cli.Code("nvinject-demo", err, os.Stderr))
+	if len(cmd.Args()) > 0 {
+		return config{}, cli.Usagef("unexpected arguments %q; nvinject-demo takes flags only", cmd.Args())
+	}
+	return c, nil
 }
 
 // phases records how long each step took.
@@ -112,6 +147,7 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 	node := localnode.New(localnode.WithRunDir(c.runDir), localnode.WithToolsBin(c.tools), localnode.WithLogger(log),
 		localnode.WithContainerdDropIn(filepath.Join(c.repo, "deploy", "containerd", "nvinject.toml")),
 		localnode.WithPauseBinary(filepath.Join(c.bin, "pause")), localnode.WithTimeout(2*time.Minute))
+	var d *simnode.Deployer
 	defer func() {
 		if c.keep {
 			fmt.Fprintf(out, "\nThe node is still up (KEEP=1). Use it with:\n  %s --kubeconfig %s get pods -A\nTake it down with:\n  %s down -run-dir %s && umount %s && rm -r %s\n",
@@ -121,7 +157,14 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 			return
 		}
 		derr := p.do("tear down", func() error {
-			return errors.Join(node.Down(context.Background()), simnode.RemoveDriverRoot())
+			var drain error
+			if d != nil && c.mode == contract.DRAModeDRA {
+				// kubelet unprepares the pod's claim through nvinject-dra: the
+				// pod goes first, while the driver still runs (node.Down deletes
+				// every pod at once and would wait for it in vain).
+				drain = d.DeleteVLLM(context.Background())
+			}
+			return errors.Join(drain, node.Down(context.Background()), simnode.RemoveDriverRoot())
 		})
 		if derr != nil && err == nil {
 			err = fmt.Errorf("tear down (logs kept in %s/logs): %w", c.runDir, derr)
@@ -131,11 +174,16 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 	if err := p.do("node up (etcd, API server, scheduler, controller-manager, containerd, kubelet)", func() error { return node.Up(ctx) }); err != nil {
 		return err
 	}
-	d, err := simnode.New(node, simnode.WithRepoRoot(c.repo), simnode.WithBinDir(c.bin), simnode.WithToolsBin(c.tools), simnode.WithLogger(log), simnode.WithDriver(drv))
+	d, err = simnode.New(node, simnode.WithRepoRoot(c.repo), simnode.WithBinDir(c.bin), simnode.WithToolsBin(c.tools), simnode.WithLogger(log), simnode.WithDriver(drv))
 	if err != nil {
 		return err
 	}
-	if err := p.do("images (OCI archives, imported into containerd)", func() error { return d.ImportImages(ctx) }); err != nil {
+	if err := p.do("images (OCI archives, imported into containerd)", func() error {
+		if err := d.ImportImages(ctx); err != nil || c.mode != contract.DRAModeDRA {
+			return err
+		}
+		return d.ImportDRAImage(ctx)
+	}); err != nil {
 		return err
 	}
 	var dep simnode.Deployment
@@ -146,15 +194,29 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "  applied %s/kustomization.yaml (base deploy/overlays/local-sim); selected GPU %s\n", dep.Kustomization, dep.UUID)
-	var ip, pod string
-	if err := p.do("vLLM stand-in (kubectl apply -k e2e/simnode/vllm, pod Ready)", func() error {
-		pd, err := d.RunVLLM(ctx, 3*time.Minute)
-		if err == nil {
-			ip, pod = pd.Status.PodIP, pd.Name
+	var own owner = devicePlugin{}
+	if c.mode == contract.DRAModeDRA {
+		own = draDriver{}
+		if err := p.do("switch the node to DRA (kubectl label node, nvinject-dra Ready)", func() error {
+			sw, err := d.SwitchToDRA(ctx, dep, 3*time.Minute)
+			if err != nil {
+				return err
+			}
+			r := func(t time.Duration) time.Duration { return t.Round(10 * time.Millisecond) }
+			fmt.Fprintf(out, "  applied deploy/components/local-sim-dra, labeled node %s %s=%s; after the label:\n", node.Name(), contract.DRAModeLabel, contract.DRAModeDRA)
+			fmt.Fprintf(out, "  device plugin pod gone %s, nvinject-dra Ready with its ResourceSlice %s, allocatable %s 0 %s (capacity then %d)\n",
+				r(sw.OldOwnerGone), r(sw.Ready), contract.ResourceName, r(sw.Allocatable), sw.Capacity)
+			return nil
+		}); err != nil {
+			return err
 		}
+	}
+	var pod *corev1.Pod
+	if err := p.do("vLLM stand-in (kubectl apply -k e2e/simnode/vllm, pod Ready)", func() (err error) {
+		pod, err = d.RunVLLM(ctx, 3*time.Minute)
 		return err
 	}); err != nil {
 		return err
 	}
-	return p.do("evidence", func() error { return evidence(ctx, d, dep, pod, ip, shell{out: out}) })
+	return p.do("evidence", func() error { return evidence{d: d, dep: dep, pod: pod, sh: shell{out: out}}.show(ctx, own) })
 }
