@@ -15,7 +15,7 @@ IMAGES_DIR     := $(CURDIR)/_out/images
 IMAGE_BASE_PACKAGES := libc6 libgcc-s1
 # name:program[,more programs] of each release image (the device plugin's
 # init container installs nvinject-cdi-hook on the node).
-NVINJECT_IMAGES := device-plugin:nvinject-device-plugin,nvinject-cdi-hook nri:nvinject-nri dra:nvinject-dra
+NVINJECT_IMAGES := device-plugin:nvinject-device-plugin,nvinject-cdi-hook nri:nvinject-nri dra:nvinject-dra,nvinject-cdi-hook
 export IMAGE_REGISTRY IMAGE_TAG
 
 .PHONY: images

@@ -146,9 +146,19 @@ func checkDRADaemonSet(t *testing.T, ds appsv1.DaemonSet, local bool) {
 		mounts[m.Name] = m.MountPath
 	}
 	for _, v := range spec.Volumes {
-		if v.HostPath != nil && (v.Name == "plugins-registry" || v.Name == "plugins") && mounts[v.Name] != v.HostPath.Path {
-			t.Errorf("volume %s: host %s mounted at %s; kubeletplugin needs the same path inside and outside", v.Name, v.HostPath.Path, mounts[v.Name])
+		if v.HostPath != nil && slices.Contains([]string{"plugins-registry", "plugins", "device-plugins", "cdi-hook"}, v.Name) && mounts[v.Name] != v.HostPath.Path {
+			t.Errorf("volume %s: host %s mounted at %s; kubelet and the CDI spec name the host path, so it must be the same inside", v.Name, v.HostPath.Path, mounts[v.Name])
 		}
+	}
+	// nvinject-dra rewrites the node's one CDI spec: hooks as the device
+	// plugin's, from the hook its init container installs.
+	for _, a := range []string{"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--kubelet-dir=/var/lib/kubelet/device-plugins"} {
+		if !slices.Contains(c.Args, a) {
+			t.Errorf("nvinject-dra args %v lack %s", c.Args, a)
+		}
+	}
+	if ic := spec.InitContainers; len(ic) != 1 || len(ic[0].Command) == 0 || ic[0].Command[0] != "/usr/bin/nvinject-cdi-hook" || ic[0].Image != c.Image {
+		t.Errorf("init containers %+v, want install-cdi-hook from nvinject-dra's image", ic)
 	}
 	wantImage := "ghcr.io/nvinject/nvinject-dra:v0.2.0"
 	if local {

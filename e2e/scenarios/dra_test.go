@@ -120,6 +120,9 @@ func TestDRA(t *testing.T) {
 			t.Fatalf("pod %s status.extendedResourceClaimStatus = %+v, want a claim for %s", pod.Name, s, contract.ResourceName)
 		}
 		checkAllocated(t, ctx, pod)
+		if driver.Real() {
+			checkLDCache(t, ctx, pod.Name)
+		}
 		t.Logf("pod %s: extendedResourceClaimStatus names ResourceClaim %s (request %s)", pod.Name, s.ResourceClaimName, s.RequestMappings[0].RequestName)
 
 		createDRAPod(t, ctx, "dra-second", gpuPod, "")

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -96,12 +97,7 @@ func TestRealDriverInVLLMContainer(t *testing.T) {
 		t.Errorf("gpu-probe did not report %v", want)
 	}
 
-	ld := exec(`ldconfig -p | grep -E 'libcuda|libnvidia-ml|libnvidia-ptxjitcompiler|libnvidia-nvvm' || echo "ldconfig -p lists no NVIDIA library"`)
-	for _, lib := range []string{"libcuda.so.1 ", "libcuda.so ", "libnvidia-ml.so.1 "} {
-		if !strings.Contains(ld, lib) {
-			t.Errorf("ldconfig -p in the container does not list %s(the spec's update-ldcache hook)", lib)
-		}
-	}
+	checkLDCache(t, ctx, pod.Name)
 
 	sim := exec(`nvidia-smi-sim --query-gpu=uuid,name,driver_version --format=csv,noheader`)
 	if !strings.HasPrefix(sim, dep.UUID+", ") || !strings.Contains(sim, driverroot.DriverVersion) {
@@ -109,5 +105,22 @@ func TestRealDriverInVLLMContainer(t *testing.T) {
 	}
 	if m, err := d.Metrics(ctx, simnode.DevicePlugin); err != nil || !strings.Contains(m, `uuid="`+dep.UUID+`"} 1`) {
 		t.Errorf("device plugin does not report %s healthy on the real driver root: %v", dep.UUID, err)
+	}
+}
+
+// checkLDCache asserts the container's ld.so.cache lists the driver's
+// libraries: the CDI spec's update-ldcache hook ran (Triton, in vLLM, finds
+// libcuda there).
+func checkLDCache(t *testing.T, ctx context.Context, pod string) {
+	t.Helper()
+	const script = `ldconfig -p | grep -E 'libcuda|libnvidia-ml|libnvidia-ptxjitcompiler|libnvidia-nvvm' || echo "ldconfig -p lists no NVIDIA library"`
+	ld, err := need(t).Kube().Exec(ctx, ns, pod, "", "/bin/sh", "-c", script)
+	if err != nil {
+		t.Fatalf("%s in %s: %v", script, pod, err)
+	}
+	for _, lib := range []string{"libcuda.so.1 ", "libcuda.so ", "libnvidia-ml.so.1 "} {
+		if !strings.Contains(ld, lib) {
+			t.Errorf("ldconfig -p in %s does not list %s(the spec's update-ldcache hook):\n%s", pod, lib, ld)
+		}
 	}
 }

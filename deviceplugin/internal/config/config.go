@@ -111,7 +111,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&c.NVML, "nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
-	fs.StringVar(&c.HookBinary, "hook-binary", "", "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks")
+	fs.StringVar(&c.HookBinary, "hook-binary", "", HookBinaryUsage)
 	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock)")
 	fs.StringVar(&c.PluginSocket, "plugin-socket", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource to publish")
@@ -187,8 +187,8 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	} else if n := len(filepath.Join(c.KubeletDir, c.PluginSocket)); n > 107 {
 		errs = append(errs, fmt.Errorf("--kubelet-dir=%q with --plugin-socket=%q makes a %d-byte socket path; unix sockets allow 107", c.KubeletDir, c.PluginSocket, n))
 	}
-	if c.HookBinary != "" && !filepath.IsAbs(c.HookBinary) {
-		errs = append(errs, fmt.Errorf("--hook-binary=%q is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", c.HookBinary))
+	if err := ValidateHookBinary(c.HookBinary); err != nil {
+		errs = append(errs, err)
 	}
 	if c.CDISpecDir == "" {
 		errs = append(errs, errors.New("--cdi-spec-dir is empty; give the directory containerd reads CDI specs from (/var/run/cdi)"))
@@ -233,6 +233,18 @@ func ParseXids(v string) ([]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// HookBinaryUsage is --hook-binary's help, the same for both daemons: they
+// write the node's one CDI spec.
+const HookBinaryUsage = "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks"
+
+// ValidateHookBinary checks --hook-binary is empty or absolute.
+func ValidateHookBinary(p string) error {
+	if p != "" && !filepath.IsAbs(p) {
+		return fmt.Errorf("--hook-binary=%q is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", p)
+	}
+	return nil
 }
 
 // ValidateResourceName checks r is an extended resource name (--resource-name).

@@ -33,6 +33,7 @@ type Config struct {
 	DriverRoot     string
 	HostDriverRoot string
 	CDISpecDir     string
+	HookBinary     string
 	CDIVendor      string
 	CDIClass       string
 	VisibleDevices string
@@ -73,7 +74,7 @@ func (c Config) Attrs() []any {
 	return []any{
 		"driver", contract.DRADriver, "node_name", c.NodeName, "kubeconfig", kube,
 		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot,
-		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", contract.CDIKind(c.CDIVendor, c.CDIClass),
+		"cdi_spec_dir", c.CDISpecDir, "hook_binary", c.HookBinary, "cdi_kind", contract.CDIKind(c.CDIVendor, c.CDIClass),
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
 		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(),
 		"registrar_dir", c.RegistrarDir, "plugin_dir", c.PluginDir, "state_dir", c.StateDir,
@@ -100,6 +101,7 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", contract.CDISpecDir, "where the node's CDI spec for the published GPUs is written")
+	fs.StringVar(&c.HookBinary, "hook-binary", "", config.HookBinaryUsage)
 	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")
 	fs.StringVar(&c.CDIClass, "cdi-class", contract.CDIClass, "CDI class of the GPU devices")
 	fs.StringVar(&c.VisibleDevices, "visible-devices", "all", "GPUs to publish: UUIDs or indices (ConfigMap key "+contract.ConfigMapKey+"), all or none")
@@ -151,6 +153,9 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	}
 	if err := parser.ValidateClassName(c.CDIClass); err != nil {
 		errs = append(errs, fmt.Errorf("--cdi-class=%s: %w", contract.Quote(c.CDIClass), err))
+	}
+	if err := config.ValidateHookBinary(c.HookBinary); err != nil {
+		errs = append(errs, err)
 	}
 	if c.HoldEndpoint {
 		if err := config.ValidateResourceName(c.ResourceName); err != nil {

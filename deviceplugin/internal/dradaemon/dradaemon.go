@@ -147,7 +147,7 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 
 	// The one CDI spec: the device plugin's generator and file name, so the
 	// NRI plugin and containerd resolve the same names on either path.
-	gen := spec.New(spec.WithVendor(d.cfg.CDIVendor), spec.WithClass(d.cfg.CDIClass), spec.WithDriverRoot(d.cfg.DriverRoot), spec.WithHostDriverRoot(d.cfg.HostDriverRoot))
+	gen := spec.New(spec.WithVendor(d.cfg.CDIVendor), spec.WithClass(d.cfg.CDIClass), spec.WithDriverRoot(d.cfg.DriverRoot), spec.WithHostDriverRoot(d.cfg.HostDriverRoot), spec.WithHookBinary(d.cfg.HookBinary))
 	s, err := gen.Generate(node, selected)
 	if err != nil {
 		return fmt.Errorf("generate the CDI spec: %w", err)

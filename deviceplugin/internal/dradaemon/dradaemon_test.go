@@ -232,6 +232,23 @@ func TestHoldsResourceEndpoint(t *testing.T) {
 	}
 }
 
+// TestSpecRunsTheHooks: with --hook-binary nvinject-dra writes the same
+// spec as the device plugin, createContainer hooks included (ld.so.cache,
+// library links), since it replaces the node's one spec.
+func TestSpecRunsTheHooks(t *testing.T) {
+	const hook = "/var/lib/nvinject/bin/nvinject-cdi-hook"
+	r := newRig(t, "sim:a100-80gb", "--hook-binary="+hook)
+	b, err := os.ReadFile(filepath.Join(r.cfg.CDISpecDir, "nvidia.com-gpu.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"path: " + hook, "update-ldcache", "createContainer"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the CDI spec lacks %q:\n%s", want, b)
+		}
+	}
+}
+
 func TestPrepareOverSocketsAcrossRestart(t *testing.T) {
 	r := newRig(t, "sim:a100-80gb*2")
 	info := r.register(t)

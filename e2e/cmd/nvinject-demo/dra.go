@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/nvinject/nvinject/e2e/simnode"
-	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -64,10 +61,10 @@ func attr(name string) string { return `{" ` + name + `="}{.attributes.` + name 
 func (draDriver) capacity(c, a int64) string {
 	why := fmt.Sprintf("allocatable %d: nvinject-dra offers the GPU as a ResourceSlice device, not as a node resource; the scheduler satisfies %s through DeviceClass %s only on nodes whose allocatable %s is 0",
 		a, contract.ResourceName, contract.DRADriver, contract.ResourceName)
-	if c > 0 {
-		why += fmt.Sprintf("; capacity %d is the stopped device plugin's, which kubelet keeps for its endpoint grace period (5 min)", c)
+	if c == 0 {
+		return why + "; capacity 0: nvinject-dra's empty device-plugin endpoint for " + contract.ResourceName + " replaced the device plugin's (deviceplugin/DRA.md)"
 	}
-	return why
+	return why + fmt.Sprintf("; capacity %d is the stopped device plugin's, which kubelet keeps for its endpoint grace period (5 min) unless another endpoint registers the resource", c)
 }
 
 func (draDriver) allocated(ctx context.Context, e evidence) (string, string, error) {
@@ -114,20 +111,4 @@ func (draDriver) allocated(ctx context.Context, e evidence) (string, string, err
 
 func (draDriver) checked() string {
 	return "kubelet's record of the claim (PodResources dynamic_resources)"
-}
-
-func (draDriver) noHooks() string {
-	return "nvinject-dra writes the node's CDI spec without createContainer hooks (it has no --hook-binary)"
-}
-
-// doctor does not fail the DRA demo for the doctor's verdict: its layers
-// read the device-plugin path (deviceplugin/DRA.md lists what it will read
-// on a DRA node). A doctor that could not run still fails it.
-func (draDriver) doctor(err error, sh shell) error {
-	var exit *exec.ExitError
-	if errors.As(err, &exit) && exit.ExitCode() == cli.ExitFailure {
-		sh.note("NOT COUNTED in DRA mode: nvinject-doctor reports a broken layer; its layers read the device-plugin path")
-		return nil
-	}
-	return err
 }

@@ -22,11 +22,6 @@ type owner interface {
 	allocated(ctx context.Context, e evidence) (uuid, holder string, err error)
 	// checked says what nvinject-nri compared the injected UUID with.
 	checked() string
-	// noHooks says why the owner's CDI spec may run no createContainer hooks
-	// (library links, ld.so.cache update); "" when it must run them.
-	noHooks() string
-	// doctor judges nvinject-doctor's run: err is sh.run's.
-	doctor(err error, sh shell) error
 }
 
 // evidence prints the seed's checks (GPU 状态检查) for the deployed node and
@@ -103,7 +98,7 @@ func (e evidence) show(ctx context.Context, o owner) error {
 		return err
 	}
 	sh.note("nvinject-nri checked the UUID it injected against %s before runc started the container", o.checked())
-	if err := realDriver(ctx, e.d, e.pod.Name, o.noHooks(), sh); err != nil {
+	if err := realDriver(ctx, e.d, e.pod.Name, sh); err != nil {
 		return err
 	}
 
@@ -117,7 +112,7 @@ func (e evidence) show(ctx context.Context, o owner) error {
 	_, err = sh.run(ctx, e.d.Bin("nvinject-doctor"), "--kubeconfig", e.d.Kube().Kubeconfig, "--node-name", node.Name(),
 		"--cdi-spec-dir", strings.Join(e.d.CDISpecDirs(), ","), "--containerd-config", node.ContainerdConfig(),
 		"--nvidia-smi", strings.Join(e.d.HostSMICommand(), " "))
-	return o.doctor(err, sh)
+	return err
 }
 
 // devicePlugin is the default mode: nvinject-device-plugin registers
@@ -141,11 +136,6 @@ func (devicePlugin) allocated(_ context.Context, e evidence) (string, string, er
 
 func (devicePlugin) checked() string { return "kubelet's allocation (PodResources devices)" }
 
-// noHooks: deploy/ gives the device plugin --hook-binary.
-func (devicePlugin) noHooks() string { return "" }
-
-func (devicePlugin) doctor(err error, _ shell) error { return err }
-
 // noDriver is what NVIDIA's nvidia-smi prints when its libraries load and the
 // kernel module is not there.
 const noDriver = "couldn't communicate with the NVIDIA driver"
@@ -153,9 +143,9 @@ const noDriver = "couldn't communicate with the NVIDIA driver"
 // realDriver shows NVIDIA's REAL driver user space inside the container: the
 // real nvidia-smi failing only for want of the kernel module, the driver's
 // libraries loading as CUDA programs load them, and the ld.so.cache the spec's
-// update-ldcache hook wrote; a spec without that hook fails the demo unless
-// noHooks says why it has none. On the simulated root it says why it is skipped.
-func realDriver(ctx context.Context, d *simnode.Deployer, pod, noHooks string, sh shell) error {
+// update-ldcache hook wrote; a spec without that hook fails the demo. On the
+// simulated root it says why it is skipped.
+func realDriver(ctx context.Context, d *simnode.Deployer, pod string, sh shell) error {
 	drv := d.Driver()
 	if !drv.Real() {
 		sh.section("NVIDIA's real driver user space inside the container: not shown")
@@ -193,12 +183,9 @@ func realDriver(ctx context.Context, d *simnode.Deployer, pod, noHooks string, s
 	case hooked:
 		sh.note("UNEXPECTED: the spec runs the update-ldcache hook, and the container's ld.so.cache lists no libcuda.so.1")
 		return fmt.Errorf("the update-ldcache hook did not index the driver's libraries in %s", pod)
-	case noHooks == "":
-		sh.note("UNEXPECTED: %s", noHook)
-		return fmt.Errorf("the CDI spec in %s runs no createContainer hooks: the device plugin needs --hook-binary (deploy/base)", d.Node().CDIDir())
 	default:
-		sh.note("NO HOOK: %s: its library links are bind mounts and nothing updated the container's ld.so.cache,", noHooks)
-		sh.note("so a program that looks libcuda up there (Triton, in vLLM) would not find it")
+		sh.note("UNEXPECTED: %s", noHook)
+		return fmt.Errorf("the CDI spec in %s runs no createContainer hooks: the daemon writing it needs --hook-binary (deploy/)", d.Node().CDIDir())
 	}
 	return nil
 }
