@@ -285,7 +285,7 @@ func switchFree(t *testing.T, ctx context.Context, d *simnode.Deployer, st switc
 		t.Logf("FIGURE switch %s with the GPU free: pod created at the flip (%s) bound %s on the %s path, Running %s, sees %v",
 			st.name, r.sec(tCreated), r.sec(bound.At), bound.Path, r.sec(run.At), containerGPUs(t, ctx, atFlip))
 	case isBound:
-		t.Logf("FIGURE switch %s with the GPU free: pod created at the flip (%s) bound %s on the %s path, not Running %s after the switch: %s",
+		t.Logf("FIGURE switch %s with the GPU free: pod created at the flip (%s) bound %s on the %s path, not Running at %s: %s",
 			st.name, r.sec(tCreated), r.sec(bound.At), bound.Path, r.sec(time.Now()), last)
 	default:
 		t.Logf("switch %s with the GPU free: pod created at the flip (%s) not bound: %s", st.name, r.sec(tCreated), last)
