@@ -1,0 +1,335 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nvinject/nvinject/e2e/simnode"
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// switchStep is one move of the node between owners.
+type switchStep struct {
+	name     string // for logs and FIGURE lines
+	prefix   string // of the step's pod names
+	label    string // the node's DRA-mode label after the flip, "" when removed
+	from, to string // the path (simnode.Path*) a GPU pod takes before and after
+	// shares: measured, with the GPU held the pod created at the flip runs on
+	// the new owner's path while the old owner's pod still has the same GPU.
+	shares bool
+	flip   func(context.Context) (simnode.Switch, error)
+}
+
+// TestDRASwitchPods moves the node device plugin -> DRA -> device plugin
+// twice with GPU pods on it and records, every 100 ms, what they see.
+//
+// GPU held: a pod running on the old owner when the label flips keeps
+// running and its GPU; a seed-style nvidia.com/gpu pod created at the flip
+// while that pod holds the only GPU, moving to DRA, runs on that same GPU as
+// soon as allocatable nvidia.com/gpu is 0 (the scheduler and nvinject-dra do
+// not see device-plugin allocations); moving back it stays Pending until the
+// GPU is free. GPU free: a pod created at the flip is bound on the old
+// owner's path, which allocatable and the ResourceSlice still offer; measured:
+// UnexpectedAdmissionError moving to DRA, stuck in ContainerCreating
+// (FailedPrepareDynamicResources) moving back. deviceplugin/DRA.md ("Deploy
+// and move a node") reports this; change both together.
+func TestDRASwitchPods(t *testing.T) {
+	d := need(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	if err := d.ImportDRAImage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	onDRA := false
+	t.Cleanup(func() {
+		if !onDRA {
+			return
+		}
+		if _, err := d.SwitchToDevicePlugin(context.Background(), dep, 3*time.Minute); err != nil {
+			t.Errorf("switch back to the device plugin: %v", err)
+		}
+	})
+	steps := []switchStep{
+		{name: "device plugin -> DRA", prefix: "sw-dra", label: contract.DRAModeDRA, from: simnode.PathDevicePlugin, to: simnode.PathDRA, shares: true,
+			flip: func(ctx context.Context) (simnode.Switch, error) { return d.SwitchToDRA(ctx, dep, 3*time.Minute) }},
+		{name: "DRA -> device plugin", prefix: "sw-dp", label: "", from: simnode.PathDRA, to: simnode.PathDevicePlugin,
+			flip: func(ctx context.Context) (simnode.Switch, error) {
+				return d.SwitchToDevicePlugin(ctx, dep, 3*time.Minute)
+			}},
+	}
+	for _, c := range []struct {
+		gpu string
+		run func(*testing.T, context.Context, *simnode.Deployer, switchStep)
+	}{{"GPU held", switchWithPods}, {"GPU free", switchFree}} {
+		for _, st := range steps {
+			onDRA = true // from the first flip on, until a switch back succeeded
+			ok := t.Run(st.name+", "+c.gpu, func(t *testing.T) { c.run(t, ctx, d, st) })
+			if !ok {
+				return
+			}
+			onDRA = st.label != ""
+		}
+	}
+}
+
+// switchRun is one observed flip: the switch runs in its own goroutine while
+// the test creates pods and reads what the observer saw.
+type switchRun struct {
+	st    switchStep
+	o     *simnode.SwitchObserver
+	tFlip time.Time // when the API showed the new label
+	sw    simnode.Switch
+	done  func() flipped
+	stop  func() simnode.SwitchTimeline
+}
+
+type flipped struct {
+	sw  simnode.Switch
+	err error
+}
+
+// startSwitch starts the observer on the pods watch and the flip; end must
+// be deferred at once.
+func startSwitch(t *testing.T, ctx context.Context, d *simnode.Deployer, st switchStep, watch ...string) *switchRun {
+	t.Helper()
+	o, err := d.ObserveSwitch(ctx, ns, contract.DRAModeLabel, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range watch {
+		o.Watch(name)
+	}
+	res := make(chan flipped, 1)
+	go func() {
+		sw, err := st.flip(ctx)
+		res <- flipped{sw, err}
+	}()
+	return &switchRun{st: st, o: o, done: sync.OnceValue(func() flipped { return <-res }), stop: sync.OnceValue(o.Stop)}
+}
+
+// end waits for the switch and the observer and logs the timeline.
+func (r *switchRun) end(t *testing.T) {
+	r.done()
+	tl := r.stop()
+	if r.tFlip.IsZero() {
+		return
+	}
+	t.Logf("timeline of %s, seconds from the label change seen by the API (polls every 100 ms, longest gap %s):", r.st.name, tl.MaxGap.Round(time.Millisecond))
+	for _, l := range tl.Lines(r.tFlip) {
+		t.Log(l)
+	}
+	if tl.LastErr != nil {
+		t.Logf("last failed API read while observing: %v", tl.LastErr)
+	}
+}
+
+// waitLabel waits until the API shows the flipped label.
+func (r *switchRun) waitLabel(t *testing.T, ctx context.Context) {
+	t.Helper()
+	at, err := r.o.WaitLabel(ctx, r.st.label, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tFlip = at
+}
+
+// waitSwitch waits until the switch is complete (simnode.Switch) and logs its figures.
+func (r *switchRun) waitSwitch(t *testing.T, what string) {
+	t.Helper()
+	f := r.done()
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	r.sw = f.sw
+	t.Logf("FIGURE switch %s %s: old owner gone %s, allocatable %s at the new owner's value after %s, new owner Ready %s (from the switch's label command)",
+		r.st.name, what, f.sw.OldOwnerGone.Round(time.Millisecond), simnode.Resource, f.sw.Allocatable.Round(time.Millisecond), f.sw.Ready.Round(time.Millisecond))
+}
+
+// sec is at as seconds from the flip.
+func (r *switchRun) sec(at time.Time) string { return fmt.Sprintf("%+.3fs", at.Sub(r.tFlip).Seconds()) }
+
+// checkEvents reports the events that mean a pod was admitted or prepared
+// wrongly (failing t when strict), and logs the count of each reason.
+func (r *switchRun) checkEvents(t *testing.T, strict bool) {
+	t.Helper()
+	reasons := map[string]int{}
+	for _, e := range r.stop().Events {
+		reasons[e.Reason]++
+		switch e.Reason {
+		case "UnexpectedAdmissionError", "FailedPrepareDynamicResources", "FailedCreatePodSandBox":
+			report := t.Logf
+			if strict {
+				report = t.Errorf
+			}
+			report("%s: %s for %s at %s: %s", r.st.name, e.Reason, e.Pod, r.sec(e.At), e.Message)
+		}
+	}
+	t.Logf("%s: events by reason %v", r.st.name, reasons)
+}
+
+func switchWithPods(t *testing.T, ctx context.Context, d *simnode.Deployer, st switchStep) {
+	holder, atFlip, afterFree := st.prefix+"-running", st.prefix+"-at-flip", st.prefix+"-after-free"
+	createPod(t, ctx, holder, gpuPod)
+	before := waitPod(t, ctx, holder, 2*time.Minute, "Running", running)
+	if p := pathOf(before); p != st.from {
+		t.Fatalf("pod %s took the %s path before the switch, want %s", holder, p, st.from)
+	}
+	gpusBefore := containerGPUs(t, ctx, holder)
+	if !slices.Equal(gpusBefore, []string{dep.UUID}) {
+		t.Fatalf("pod %s sees %v before the switch, want %s", holder, gpusBefore, dep.UUID)
+	}
+
+	r := startSwitch(t, ctx, d, st, holder)
+	defer r.end(t)
+	o := r.o
+	r.waitLabel(t, ctx)
+	createPod(t, ctx, atFlip, gpuPod)
+	tCreated := time.Now()
+	o.Watch(atFlip)
+	r.waitSwitch(t, "with a GPU pod running")
+	// The new owner is Ready: a generous window for the pod created at the
+	// flip to be scheduled, admitted or refused while the holder runs.
+	watchUntil(ctx, 15*time.Second, func() bool {
+		s, _ := o.Latest(atFlip)
+		return s.Running() || s.Phase == corev1.PodFailed
+	})
+	flipState, _ := o.Latest(atFlip)
+	if flipState.Running() != st.shares {
+		t.Errorf("%s: pod %s created at the flip, %s after it while %s holds the GPU: %s; want running=%v (measured before; see deviceplugin/DRA.md)",
+			st.name, atFlip, r.sec(time.Now()), holder, flipState, st.shares)
+	}
+	if flipState.Running() {
+		got := containerGPUs(t, ctx, atFlip)
+		run, _ := o.Latest(atFlip)
+		t.Logf("FIGURE switch %s with a GPU pod running: pod created at the flip (%s) runs on the %s path at %s, on %v, the GPU %s still uses",
+			st.name, r.sec(tCreated), run.Path, r.sec(firstRunning(o, atFlip)), got, holder)
+		if !slices.Equal(got, gpusBefore) {
+			t.Errorf("%s sees %v, want the only GPU %v", atFlip, got, gpusBefore)
+		}
+	}
+
+	// The pod that ran on the old owner keeps running, with its GPU.
+	after, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, holder, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != before.UID || !running(after) || after.Status.ContainerStatuses[0].RestartCount != before.Status.ContainerStatuses[0].RestartCount {
+		t.Errorf("pod %s did not keep running through the switch: %s, restarts %d (before %d)", holder, describe(after),
+			after.Status.ContainerStatuses[0].RestartCount, before.Status.ContainerStatuses[0].RestartCount)
+	}
+	if got := containerGPUs(t, ctx, holder); !slices.Equal(got, gpusBefore) {
+		t.Errorf("pod %s sees %v after the switch, before it %v", holder, got, gpusBefore)
+	}
+	t.Logf("%s: %s kept running on the %s path with %v, restarts %d", st.name, holder, pathOf(after), gpusBefore, after.Status.ContainerStatuses[0].RestartCount)
+
+	deletePod(t, holder)
+	tFreed := time.Now()
+	createPod(t, ctx, afterFree, gpuPod)
+	o.Watch(afterFree)
+	// One GPU: the pod created at the flip, already queued, takes it first.
+	if !watchUntil(ctx, 2*time.Minute, func() bool { s, _ := o.Latest(atFlip); return s.Running() }) {
+		t.Fatalf("%s: %s does not run 2 min after %s was deleted", st.name, atFlip, holder)
+	}
+	if !flipState.Running() {
+		t.Logf("FIGURE switch %s with a GPU pod running: pod created at the flip (%s) Pending until %s was deleted (%s), Running %s after that",
+			st.name, r.sec(tCreated), holder, r.sec(tFreed), firstRunning(o, atFlip).Sub(tFreed).Round(time.Millisecond))
+	}
+	deletePod(t, atFlip)
+	tFreed = time.Now()
+	if !watchUntil(ctx, 2*time.Minute, func() bool { s, _ := o.Latest(afterFree); return s.Running() }) {
+		t.Fatalf("%s: %s does not run 2 min after %s was deleted", st.name, afterFree, atFlip)
+	}
+	t.Logf("FIGURE switch %s with a GPU pod running: pod created after %s was deleted Running on the %s path %s after %s was deleted (%s)",
+		st.name, holder, st.to, firstRunning(o, afterFree).Sub(tFreed).Round(time.Millisecond), atFlip, r.sec(tFreed))
+	r.stop()
+
+	for _, name := range []string{atFlip, afterFree} {
+		bound, _ := o.First(name, func(s simnode.PodState) bool { return s.Node != "" })
+		if bound.Path != st.to {
+			t.Errorf("%s: pod %s was bound on the %s path at %s, want %s", st.name, name, bound.Path, r.sec(bound.At), st.to)
+		}
+		if failed, ok := o.First(name, func(s simnode.PodState) bool { return s.Phase == corev1.PodFailed }); ok {
+			t.Errorf("%s: pod %s failed at %s: %s", st.name, name, r.sec(failed.At), failed)
+		}
+	}
+	r.checkEvents(t, true)
+}
+
+// switchFree is the same flip with the GPU free: a pod created at the flip,
+// then, once the switch is complete, one more.
+func switchFree(t *testing.T, ctx context.Context, d *simnode.Deployer, st switchStep) {
+	atFlip, next := st.prefix+"-free-at-flip", st.prefix+"-free-next"
+	r := startSwitch(t, ctx, d, st)
+	defer r.end(t)
+	o := r.o
+	r.waitLabel(t, ctx)
+	createPod(t, ctx, atFlip, gpuPod)
+	tCreated := time.Now()
+	o.Watch(atFlip)
+	r.waitSwitch(t, "with the GPU free")
+	watchUntil(ctx, 10*time.Second, func() bool {
+		s, _ := o.Latest(atFlip)
+		return s.Running() || s.Phase == corev1.PodFailed
+	})
+	last, _ := o.Latest(atFlip)
+	bound, isBound := o.First(atFlip, func(s simnode.PodState) bool { return s.Node != "" })
+	switch run, ok := o.First(atFlip, simnode.PodState.Running); {
+	case ok:
+		t.Logf("FIGURE switch %s with the GPU free: pod created at the flip (%s) bound %s on the %s path, Running %s, sees %v",
+			st.name, r.sec(tCreated), r.sec(bound.At), bound.Path, r.sec(run.At), containerGPUs(t, ctx, atFlip))
+	case isBound:
+		t.Logf("FIGURE switch %s with the GPU free: pod created at the flip (%s) bound %s on the %s path, not Running at %s: %s",
+			st.name, r.sec(tCreated), r.sec(bound.At), bound.Path, r.sec(time.Now()), last)
+	default:
+		t.Logf("switch %s with the GPU free: pod created at the flip (%s) not bound: %s", st.name, r.sec(tCreated), last)
+	}
+	if bound.Path != st.from {
+		t.Errorf("%s: pod %s created at the flip was bound on the %q path, want the old owner's %s (measured before; see deviceplugin/DRA.md)", st.name, atFlip, bound.Path, st.from)
+	}
+	deletePod(t, atFlip)
+	r.stop()
+	r.checkEvents(t, false)
+
+	// After the switch a new pod takes the new owner's path.
+	t0 := time.Now()
+	createPod(t, ctx, next, gpuPod)
+	p := waitPod(t, ctx, next, 2*time.Minute, "Running", running)
+	if got := pathOf(p); got != st.to {
+		t.Errorf("%s: pod %s created after the switch took the %s path, want %s", st.name, next, got, st.to)
+	}
+	t.Logf("%s: pod %s created after the switch Running on the %s path %s after its creation", st.name, next, pathOf(p), time.Since(t0).Round(time.Millisecond))
+	deletePod(t, next)
+}
+
+// firstRunning is when the observer first saw pod name Running.
+func firstRunning(o *simnode.SwitchObserver, name string) time.Time {
+	s, _ := o.First(name, simnode.PodState.Running)
+	return s.At
+}
+
+// pathOf is the owner's path a bound pod took.
+func pathOf(p *corev1.Pod) string {
+	if p.Status.ExtendedResourceClaimStatus != nil {
+		return simnode.PathDRA
+	}
+	return simnode.PathDevicePlugin
+}
+
+// watchUntil polls cond every 100 ms for at most timeout; it reports whether cond held.
+func watchUntil(ctx context.Context, timeout time.Duration, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return simnode.Poll(ctx, 100*time.Millisecond, func(context.Context) error {
+		if !cond() {
+			return errString("not yet")
+		}
+		return nil
+	}) == nil
+}
