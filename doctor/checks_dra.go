@@ -103,9 +103,12 @@ func checkDRAHealth(e Evidence) Verdict {
 	m, s := e.DRA.Metrics, e.DRA.Slices
 	bad := map[string]bool{}
 	for _, d := range s.Devices {
-		if len(d.Taints) > 0 {
+		if t := d.taints(contract.DRATaintKey); len(t) > 0 {
 			bad[d.UUID] = true
-			f.problem(fixDRARecover, "device %s (%s) is tainted %s: new claims avoid it%s", d.ID(), d.UUID, strings.Join(d.Taints, ","), eventsNote(m.HealthEvents))
+			f.problem(fixDRARecover, "device %s (%s) is tainted %s: new claims avoid it%s", d.ID(), d.UUID, strings.Join(t, ","), eventsNote(m.HealthEvents))
+		}
+		if t := d.taints(contract.DRAHeldTaintKey); len(t) > 0 {
+			f.fact("device %s (%s) is tainted %s: a pod given it by the device plugin before the node moved to DRA still runs; new claims get it once that pod ends", d.ID(), d.UUID, strings.Join(t, ","))
 		}
 	}
 	for _, d := range m.Devices {
@@ -119,7 +122,7 @@ func checkDRAHealth(e Evidence) Verdict {
 		}
 	}
 	if s.Unread == "" && len(bad) == 0 && len(s.Devices) > 0 {
-		f.fact("no device of %v is tainted", s.Slices)
+		f.fact("no device of %v is tainted Unhealthy", s.Slices)
 	}
 	for _, h := range e.DRA.Claims.Health {
 		switch h.Health {
@@ -162,16 +165,18 @@ func checkDRAScheduling(e Evidence) Verdict {
 			holders = append(holders, fmt.Sprintf("%s (%s, reserved for %s)", c, d.ID(), orNone(c.ReservedFor)))
 		}
 	}
-	free, tainted := 0, 0
+	free, tainted, dpHeld := 0, 0, 0
 	for _, d := range s.Devices {
 		switch {
-		case len(d.Taints) > 0:
+		case len(d.taints(contract.DRATaintKey)) > 0:
 			tainted++
+		case len(d.taints(contract.DRAHeldTaintKey)) > 0:
+			dpHeld++
 		case !held[d.ID()]:
 			free++
 		}
 	}
-	f.fact("ledger on %s: %d of %d published device(s) allocated, %d tainted, %d free; claims: %s", e.Node, len(held), len(s.Devices), tainted, free, orNone(holders))
+	f.fact("ledger on %s: %d of %d published device(s) allocated, %d tainted Unhealthy, %d held by device-plugin pods, %d free; claims: %s", e.Node, len(held), len(s.Devices), tainted, dpHeld, free, orNone(holders))
 	for _, p := range l.Pending {
 		if !strings.Contains(p.Message, "Insufficient "+e.Resource) && !slices.ContainsFunc(draPending, func(m string) bool { return strings.Contains(p.Message, m) }) {
 			continue
@@ -182,6 +187,8 @@ func checkDRAScheduling(e Evidence) Verdict {
 			fix = "the node publishes no device: fix the registration layer first"
 		case strings.Contains(p.Message, "device class"):
 			fix = fixDRAClass
+		case s.Unread == "" && free == 0 && dpHeld > 0:
+			fix = "a pod given the GPU by the device plugin before the node moved to DRA still holds it (taint " + contract.DRAHeldTaintKey + "): the pod gets it once that pod ends; delete that pod (its node's GPU pods: kubectl get pods -A --field-selector spec.nodeName=" + e.Node + ") to move it now"
 		case s.Unread == "" && free == 0 && tainted > 0 && len(held) < len(s.Devices):
 			fix = "the free GPU is tainted Unhealthy: fix the health layer first"
 		case s.Unread == "" && free == 0:

@@ -1,6 +1,9 @@
 package doctor
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // ModeEvidence says which nvinject component owns the node's GPUs, and how
 // the doctor knows.
@@ -43,6 +46,17 @@ type SliceDevice struct {
 
 // ID is the device as allocation results name it: pool/device.
 func (d SliceDevice) ID() string { return d.Pool + "/" + d.Name }
+
+// taints are d's taints with key.
+func (d SliceDevice) taints(key string) []string {
+	var out []string
+	for _, t := range d.Taints {
+		if strings.HasPrefix(t, key+"=") {
+			out = append(out, t)
+		}
+	}
+	return out
+}
 
 // SliceEvidence is the driver's ResourceSlices for the node.
 type SliceEvidence struct {

@@ -146,13 +146,13 @@ func checkDRADaemonSet(t *testing.T, ds appsv1.DaemonSet, local bool) {
 		mounts[m.Name] = m.MountPath
 	}
 	for _, v := range spec.Volumes {
-		if v.HostPath != nil && slices.Contains([]string{"plugins-registry", "plugins", "device-plugins", "cdi-hook"}, v.Name) && mounts[v.Name] != v.HostPath.Path {
+		if v.HostPath != nil && slices.Contains([]string{"plugins-registry", "plugins", "device-plugins", "cdi-hook", "pod-resources"}, v.Name) && mounts[v.Name] != v.HostPath.Path {
 			t.Errorf("volume %s: host %s mounted at %s; kubelet and the CDI spec name the host path, so it must be the same inside", v.Name, v.HostPath.Path, mounts[v.Name])
 		}
 	}
 	// nvinject-dra rewrites the node's one CDI spec: hooks as the device
 	// plugin's, from the hook its init container installs.
-	for _, a := range []string{"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--kubelet-dir=/var/lib/kubelet/device-plugins"} {
+	for _, a := range []string{"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--kubelet-dir=/var/lib/kubelet/device-plugins", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "--owner-label=nvinject.io/gpu-mode"} {
 		if !slices.Contains(c.Args, a) {
 			t.Errorf("nvinject-dra args %v lack %s", c.Args, a)
 		}

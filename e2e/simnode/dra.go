@@ -86,8 +86,10 @@ patches:
       - {op: replace, path: /spec/template/spec/volumes/1/hostPath, value: {path: %s, type: DirectoryOrCreate}}
       - {op: test, path: /spec/template/spec/volumes/2/name, value: cdi-specs}
       - {op: replace, path: /spec/template/spec/volumes/2/hostPath, value: {path: %s, type: DirectoryOrCreate}}
+      - {op: test, path: /spec/template/spec/volumes/6/name, value: pod-resources}
+      - {op: replace, path: /spec/template/spec/volumes/6/hostPath, value: {path: %s, type: Directory}}
 `, d.node.Name(), contract.DRAModeLabel, contract.DRAModeDRA, base, comp, DRADaemonSet,
-		reg, plugins, reg, plugins, reg, plugins, d.node.CDIDir())
+		reg, plugins, reg, plugins, reg, plugins, d.node.CDIDir(), d.node.PodResourcesDir())
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}

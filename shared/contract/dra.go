@@ -19,6 +19,11 @@ const (
 	// DRATaintKey is the device taint the driver sets while a GPU is
 	// Unhealthy; its value says why (xid, gpu-lost, monitoring).
 	DRATaintKey = "gpu.nvinject.io/unhealthy"
+	// DRAHeldTaintKey is the device taint the driver sets while a pod that
+	// got the GPU through the device plugin still runs (the node moved to
+	// DRA under it), so no claim hands the GPU out a second time.
+	DRAHeldTaintKey   = "gpu.nvinject.io/device-plugin-pod"
+	DRAHeldTaintValue = "running"
 )
 
 // Device attribute and capacity names in the driver's domain (DRADriver).

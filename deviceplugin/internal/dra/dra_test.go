@@ -322,6 +322,49 @@ func TestPublishOnHealthChange(t *testing.T) {
 	}
 }
 
+// TestPublishHeldByDevicePlugin: a GPU a device-plugin pod holds is
+// republished tainted beside its health taint, and untainted once free.
+func TestPublishHeldByDevicePlugin(t *testing.T) {
+	d, h := newDriver(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	p := recordingPublisher{ch: make(chan resourceslice.DriverResources, 4)}
+	done := make(chan error, 1)
+	go func() { done <- d.Publish(ctx, p) }()
+	<-p.ch
+	next := func(what string) resourceslice.DriverResources {
+		t.Helper()
+		select {
+		case r := <-p.ch:
+			return r
+		case <-time.After(2 * time.Second):
+			t.Fatalf("no republish after %s", what)
+			return resourceslice.DriverResources{}
+		}
+	}
+	d.SetHeld(map[string][]string{"GPU-bbb": {"default/vllm/main"}, "GPU-not-published": {"x/y/z"}})
+	r := next("SetHeld")
+	if tt := device(t, r, "gpu-1").Taints; len(tt) != 1 || tt[0].Key != contract.DRAHeldTaintKey || tt[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("held GPU taints = %+v, want %s:NoSchedule", tt, contract.DRAHeldTaintKey)
+	}
+	if tt := device(t, r, "gpu-0").Taints; len(tt) != 0 {
+		t.Errorf("free GPU tainted: %+v", tt)
+	}
+	h.set("GPU-bbb", "Xid 79 at now")
+	if tt := device(t, next("an Xid"), "gpu-1").Taints; len(tt) != 2 {
+		t.Errorf("held and Unhealthy GPU taints = %+v, want both", tt)
+	}
+	h.set("GPU-bbb", "")
+	next("recovery")
+	d.SetHeld(map[string][]string{})
+	if tt := device(t, next("the holder's end"), "gpu-1").Taints; len(tt) != 0 {
+		t.Errorf("freed GPU still tainted: %+v", tt)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // kubelet may prepare a new claim for a GPU before it unprepared the claim
 // of a force-deleted pod: a holder that is gone or deallocated in the API
 // does not block; a live holder does.

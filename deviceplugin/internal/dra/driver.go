@@ -81,6 +81,10 @@ type Driver struct {
 	// republished taint keeps its timeAdded.
 	mu             sync.Mutex
 	unhealthySince map[string]time.Time
+	// heldSince are the GPUs device-plugin pods still hold (SetHeld), with
+	// the time each was first seen held.
+	heldSince map[string]time.Time
+	republish chan struct{}
 }
 
 // Option configures a Driver.
@@ -125,7 +129,7 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 		driver: contract.DRADriver, pool: pool, node: node, byName: map[string]Device{},
 		health: h, state: state, log: slog.Default(), metrics: NopMetrics{},
 		resend: 10 * time.Second, healthLease: 30 * time.Second, fatal: func(error) {},
-		unhealthySince: map[string]time.Time{},
+		unhealthySince: map[string]time.Time{}, heldSince: map[string]time.Time{}, republish: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(d)

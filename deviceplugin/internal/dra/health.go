@@ -65,7 +65,7 @@ type Publisher interface {
 }
 
 // Publish publishes the ResourceSlice now and again on every health change
-// (taints), until ctx ends. A failure to start publishing ends it.
+// and SetHeld (taints), until ctx ends. A failure to start publishing ends it.
 func (d *Driver) Publish(ctx context.Context, p Publisher) error {
 	changed, cancel := d.health.Subscribe()
 	defer cancel()
@@ -80,6 +80,7 @@ func (d *Driver) Publish(ctx context.Context, p Publisher) error {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
+		case <-d.republish:
 		}
 	}
 }

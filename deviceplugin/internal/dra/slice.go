@@ -26,7 +26,8 @@ const (
 // Resources is the node's ResourceSlice content for the current health:
 // one pool named after the node, one slice, one device per GPU; an
 // Unhealthy GPU carries a NoSchedule taint so no new claim gets it, while
-// running pods keep it (their allocatedResourcesStatus says Unhealthy).
+// running pods keep it (their allocatedResourcesStatus says Unhealthy). A
+// GPU a device-plugin pod still holds (SetHeld) carries another.
 func (d *Driver) Resources() resourceslice.DriverResources {
 	states := map[string]health.State{}
 	for _, s := range d.health.States() {
@@ -43,12 +44,18 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 				since = now
 				d.unhealthySince[g.UUID] = since
 			}
-			dev.Taints = []resourceapi.DeviceTaint{{
+			dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{
 				Key: contract.DRATaintKey, Value: TaintValue(s.Reason),
 				Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &metav1.Time{Time: since},
-			}}
+			})
 		} else {
 			delete(d.unhealthySince, g.UUID)
+		}
+		if since, held := d.heldSince[g.UUID]; held {
+			dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{
+				Key: contract.DRAHeldTaintKey, Value: contract.DRAHeldTaintValue,
+				Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &metav1.Time{Time: since},
+			})
 		}
 		devs = append(devs, dev)
 	}
@@ -124,4 +131,37 @@ func SemVer(v string) (string, bool) {
 		parts[i] = strconv.FormatUint(n, 10)
 	}
 	return fmt.Sprintf("%s.%s.%s", parts[0], parts[1], parts[2]), true
+}
+
+// SetHeld replaces the set of GPUs that pods given them by the device plugin
+// still hold (UUID → holders) and republishes the ResourceSlice.
+func (d *Driver) SetHeld(holders map[string][]string) {
+	now := time.Now()
+	d.mu.Lock()
+	for u := range d.heldSince {
+		if _, ok := holders[u]; !ok {
+			delete(d.heldSince, u)
+			d.log.Info("GPU no longer held by a device-plugin pod; new claims may get it", "uuid", u)
+		}
+	}
+	for u, h := range holders {
+		if _, ok := d.heldSince[u]; !ok && d.byUUID(u) {
+			d.heldSince[u] = now
+			d.log.Info("GPU held by device-plugin pods; tainted until they end", "uuid", u, "holders", h, "taint", contract.DRAHeldTaintKey)
+		}
+	}
+	d.mu.Unlock()
+	select {
+	case d.republish <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Driver) byUUID(u string) bool {
+	for _, g := range d.devices {
+		if g.UUID == u {
+			return true
+		}
+	}
+	return false
 }

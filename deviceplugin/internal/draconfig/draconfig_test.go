@@ -51,6 +51,7 @@ func TestLoadRejects(t *testing.T) {
 		{[]string{"--node-name=n", "extra"}, "unexpected arguments"},
 		{[]string{"--node-name=n", "--resource-name=gpu"}, "--resource-name=\"gpu\" is not a valid extended resource"},
 		{[]string{"--node-name=n", "--kubelet-dir=dp"}, "or --hold-resource-endpoint=false"},
+		{[]string{"--node-name=n", "--pod-resources-socket=kubelet.sock"}, "--pod-resources-socket=\"kubelet.sock\" is not an absolute path"},
 		{[]string{"--node-name=n", "--hook-binary=bin/hook"}, "--hook-binary=\"bin/hook\" is not an absolute path"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 	} {

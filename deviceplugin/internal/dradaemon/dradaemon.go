@@ -20,17 +20,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/deviceplugin/internal/dpheld"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
@@ -212,8 +216,14 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	g.Go(func() error {
 		<-ctx.Done()
 		helper.Stop()
+		d.releaseIfMovedAway(client)
 		return nil
 	})
+	if d.cfg.PodResourcesSocket != "" {
+		if err := d.watchHeld(ctx, g, drv, node.Devices); err != nil {
+			return err
+		}
+	}
 	g.Go(func() error { return drv.Publish(ctx, helper) })
 	if d.cfg.HoldEndpoint {
 		ep := draendpoint.New(d.cfg.ResourceName)
@@ -228,6 +238,71 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	case err := <-fatal:
 		return err
 	}
+}
+
+// releaseIfMovedAway deletes the node's ResourceSlices when nvinject-dra
+// stops because the node no longer selects it (--owner-label no longer
+// says dra). kubelet would wipe them only 30 s after the plugin is gone; a
+// claim allocated from them meanwhile leaves its pod stuck in
+// ContainerCreating, since no driver prepares it. A restart on a DRA node
+// keeps them, so claims can still be allocated while it restarts.
+func (d *Daemon) releaseIfMovedAway(client kubernetes.Interface) {
+	if d.cfg.OwnerLabel == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := client.CoreV1().Nodes().Get(ctx, d.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		d.log.Warn("cannot read the Node to tell a move from a restart; leaving the ResourceSlices to kubelet", "node", d.cfg.NodeName, logging.Err(err))
+		return
+	}
+	if v := n.Labels[d.cfg.OwnerLabel]; v == contract.DRAModeDRA {
+		return
+	}
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", d.cfg.NodeName), fields.OneTermEqualSelector("spec.driver", contract.DRADriver)).String()
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err == nil {
+		for _, rs := range list.Items {
+			if rs.Spec.Driver != contract.DRADriver || rs.Spec.NodeName == nil || *rs.Spec.NodeName != d.cfg.NodeName {
+				continue
+			}
+			if err = client.ResourceV1().ResourceSlices().Delete(ctx, rs.Name, metav1.DeleteOptions{}); apierrors.IsNotFound(err) {
+				err = nil
+			}
+			if err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		d.log.Warn("cannot delete the ResourceSlices of a node moved away from DRA; kubelet removes them within 30 s", "node", d.cfg.NodeName, logging.Err(err))
+		return
+	}
+	d.log.Info("node moved away from DRA: ResourceSlices deleted", "node", d.cfg.NodeName, "label", d.cfg.OwnerLabel+"="+n.Labels[d.cfg.OwnerLabel])
+}
+
+// watchHeld taints the GPUs pods given them by the device plugin still hold
+// (a node moved to DRA under them): the first ResourceSlice already
+// carries the taints, and a poll keeps them current until ctx ends.
+func (d *Daemon) watchHeld(ctx context.Context, g *errgroup.Group, drv *dra.Driver, gpus []gpu.Device) error {
+	conn, err := grpc.NewClient("unix://"+d.cfg.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("PodResources client for %s: %w; check --pod-resources-socket", d.cfg.PodResourcesSocket, err)
+	}
+	w := dpheld.New(podresv1.NewPodResourcesListerClient(conn), d.cfg.ResourceName, gpus, dpheld.WithLogger(d.log))
+	held, err := w.Poll(ctx)
+	if err != nil {
+		d.log.Warn("cannot tell which GPUs device-plugin pods hold; publishing without those taints", logging.Err(err))
+		held = dpheld.Holders{}
+	}
+	drv.SetHeld(held)
+	g.Go(func() error {
+		defer conn.Close()
+		w.Run(ctx, held, func(h dpheld.Holders) { drv.SetHeld(h) })
+		return nil
+	})
+	return nil
 }
 
 func (d *Daemon) kubeClient() (kubernetes.Interface, error) {

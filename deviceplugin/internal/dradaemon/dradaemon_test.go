@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
@@ -87,7 +89,7 @@ func newRig(t testing.TB, nvml string, extra ...string) *rig {
 	r := &rig{dir: dir, kubelet: kubelettest.Start(t, filepath.Join(dir, "dp")), client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})}
 	r.cfg, err = draconfig.Load(append([]string{"--nvml=" + nvml, "--node-name=" + nodeName, "--driver-root=" + driverRoot(t, nvml),
 		"--cdi-spec-dir=" + filepath.Join(dir, "cdi"), "--kubelet-registrar-dir=" + filepath.Join(dir, "registry"),
-		"--kubelet-plugins-dir=" + filepath.Join(dir, "plugins"), "--kubelet-dir=" + filepath.Join(dir, "dp"), "--metrics-addr=", "--health-quiet-period=0"}, extra...),
+		"--kubelet-plugins-dir=" + filepath.Join(dir, "plugins"), "--kubelet-dir=" + filepath.Join(dir, "dp"), "--pod-resources-socket=", "--metrics-addr=", "--health-quiet-period=0"}, extra...),
 		func(string) string { return "" }, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -246,6 +248,96 @@ func TestSpecRunsTheHooks(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the CDI spec lacks %q:\n%s", want, b)
 		}
+	}
+}
+
+// podResources is a kubelet PodResources server whose List answers pods.
+type podResources struct {
+	podresv1.UnimplementedPodResourcesListerServer
+	mu   sync.Mutex
+	pods []*podresv1.PodResources
+}
+
+func (p *podResources) List(context.Context, *podresv1.ListPodResourcesRequest) (*podresv1.ListPodResourcesResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &podresv1.ListPodResourcesResponse{PodResources: p.pods}, nil
+}
+
+func (p *podResources) set(pods ...*podresv1.PodResources) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pods = pods
+}
+
+// TestDevicePluginPodKeepsItsGPU: a GPU a pod got from the device plugin
+// before the node moved to DRA is tainted in the first ResourceSlice, and
+// untainted once kubelet no longer lists the pod.
+func TestDevicePluginPodKeepsItsGPU(t *testing.T) {
+	sock := filepath.Join(kubelettest.Dir(t), "pr.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, pr := grpc.NewServer(), &podResources{}
+	podresv1.RegisterPodResourcesListerServer(srv, pr)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	uuid1 := sim.UUID("a100-80gb", 1)
+	pr.set(&podresv1.PodResources{Namespace: "default", Name: "vllm", Containers: []*podresv1.ContainerResources{{Name: "vllm",
+		Devices: []*podresv1.ContainerDevices{{ResourceName: contract.ResourceName, DeviceIds: []string{uuid1}}}}}})
+
+	r := newRig(t, "sim:a100-80gb*2", "--pod-resources-socket="+sock)
+	taints := func(s resourceapi.ResourceSlice) map[string]int {
+		out := map[string]int{}
+		for _, d := range s.Spec.Devices {
+			for _, tt := range d.Taints {
+				if tt.Key == contract.DRAHeldTaintKey && tt.Effect == resourceapi.DeviceTaintEffectNoSchedule {
+					out[d.Name]++
+				}
+			}
+		}
+		return out
+	}
+	if got := taints(r.slice(t)); got["gpu-1"] != 1 || got["gpu-0"] != 0 {
+		t.Fatalf("first slice held taints %v, want gpu-1 only", got)
+	}
+	pr.set()
+	until(t, "the held taint's removal", func() bool {
+		l, err := r.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(l.Items) == 1 && len(taints(l.Items[0])) == 0
+	})
+}
+
+// TestReleaseSlicesWhenMovedAway: with --owner-label, stopping on a node
+// whose label no longer says dra deletes the ResourceSlice; a restart on a
+// DRA node keeps it.
+func TestReleaseSlicesWhenMovedAway(t *testing.T) {
+	for _, tt := range []struct {
+		label    string
+		wantKept bool
+	}{{contract.DRAModeDRA, true}, {contract.DRAModeDevicePlugin, false}, {"", false}} {
+		t.Run("label="+tt.label, func(t *testing.T) {
+			r := newRig(t, "sim:a100-80gb", "--owner-label="+contract.DRAModeLabel)
+			r.register(t)
+			r.slice(t)
+			n, err := r.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.Labels = map[string]string{}
+			if tt.label != "" {
+				n.Labels[contract.DRAModeLabel] = tt.label
+			}
+			if _, err := r.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			r.stop()
+			l, err := r.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+			if err != nil || (len(l.Items) == 1) != tt.wantKept {
+				t.Errorf("after stopping with %s=%q: %d slices (%v); kept=%v wanted", contract.DRAModeLabel, tt.label, len(l.Items), err, tt.wantKept)
+			}
+		})
 	}
 }
 
