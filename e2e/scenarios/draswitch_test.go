@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nvinject/nvinject/e2e/simnode"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -21,24 +22,25 @@ type switchStep struct {
 	prefix   string // of the step's pod names
 	label    string // the node's DRA-mode label after the flip, "" when removed
 	from, to string // the path (simnode.Path*) a GPU pod takes before and after
-	// shares: measured, with the GPU held the pod created at the flip runs on
-	// the new owner's path while the old owner's pod still has the same GPU.
+	// shares: with the GPU held, the pod created at the flip runs on the new
+	// owner's path while the old owner's pod still has the same GPU.
 	shares bool
 	flip   func(context.Context) (simnode.Switch, error)
 }
 
 // TestDRASwitchPods moves the node device plugin -> DRA -> device plugin
-// twice with GPU pods on it and records, every 100 ms, what they see.
+// three times with GPU pods on it and records, every 100 ms, what they see.
 //
 // GPU held: a pod running on the old owner when the label flips keeps
 // running and its GPU; a seed-style nvidia.com/gpu pod created at the flip
-// while that pod holds the only GPU, moving to DRA, runs on that same GPU as
-// soon as allocatable nvidia.com/gpu is 0 (the scheduler and nvinject-dra do
-// not see device-plugin allocations); moving back it stays Pending until the
-// GPU is free. GPU free: a pod created at the flip is bound on the old
-// owner's path, which allocatable and the ResourceSlice still offer; measured:
-// UnexpectedAdmissionError moving to DRA, stuck in ContainerCreating
-// (FailedPrepareDynamicResources) moving back. deviceplugin/DRA.md ("Deploy
+// while that pod holds the only GPU stays Pending until the GPU is free, in
+// both directions (moving to DRA, nvinject-dra taints the GPU
+// gpu.nvinject.io/device-plugin-pod while kubelet lists the device-plugin
+// pod; without that it ran on the same GPU). GPU free: a pod created at the
+// flip moving to DRA is bound on the device-plugin path, which allocatable
+// still offers, and refused (UnexpectedAdmissionError); moving back it is
+// recorded. Cordoned (the documented procedure): the pod created at the
+// flip waits and runs on the new owner's path. deviceplugin/DRA.md ("Deploy
 // and move a node") reports this; change both together.
 func TestDRASwitchPods(t *testing.T) {
 	d := need(t)
@@ -57,7 +59,7 @@ func TestDRASwitchPods(t *testing.T) {
 		}
 	})
 	steps := []switchStep{
-		{name: "device plugin -> DRA", prefix: "sw-dra", label: contract.DRAModeDRA, from: simnode.PathDevicePlugin, to: simnode.PathDRA, shares: true,
+		{name: "device plugin -> DRA", prefix: "sw-dra", label: contract.DRAModeDRA, from: simnode.PathDevicePlugin, to: simnode.PathDRA,
 			flip: func(ctx context.Context) (simnode.Switch, error) { return d.SwitchToDRA(ctx, dep, 3*time.Minute) }},
 		{name: "DRA -> device plugin", prefix: "sw-dp", label: "", from: simnode.PathDRA, to: simnode.PathDevicePlugin,
 			flip: func(ctx context.Context) (simnode.Switch, error) {
@@ -67,7 +69,7 @@ func TestDRASwitchPods(t *testing.T) {
 	for _, c := range []struct {
 		gpu string
 		run func(*testing.T, context.Context, *simnode.Deployer, switchStep)
-	}{{"GPU held", switchWithPods}, {"GPU free", switchFree}} {
+	}{{"GPU held", switchWithPods}, {"GPU free", switchFree}, {"cordoned", switchCordoned}} {
 		for _, st := range steps {
 			onDRA = true // from the first flip on, until a switch back succeeded
 			ok := t.Run(st.name+", "+c.gpu, func(t *testing.T) { c.run(t, ctx, d, st) })
@@ -290,7 +292,12 @@ func switchFree(t *testing.T, ctx context.Context, d *simnode.Deployer, st switc
 	default:
 		t.Logf("switch %s with the GPU free: pod created at the flip (%s) not bound: %s", st.name, r.sec(tCreated), last)
 	}
-	if bound.Path != st.from {
+	// Moving to DRA the scheduler binds it at once on the device-plugin path
+	// (allocatable is still 1; measured +0.08-0.26 s, allocatable drops at
+	// +0.8 s or later). Moving back where it goes depends on whether the
+	// scheduler saw nvinject-dra's slice before nvinject-dra deleted it:
+	// recorded, not asserted (deviceplugin/DRA.md).
+	if st.to == simnode.PathDRA && bound.Path != st.from {
 		t.Errorf("%s: pod %s created at the flip was bound on the %q path, want the old owner's %s (measured before; see deviceplugin/DRA.md)", st.name, atFlip, bound.Path, st.from)
 	}
 	deletePod(t, atFlip)
@@ -306,6 +313,45 @@ func switchFree(t *testing.T, ctx context.Context, d *simnode.Deployer, st switc
 	}
 	t.Logf("%s: pod %s created after the switch Running on the %s path %s after its creation", st.name, next, pathOf(p), time.Since(t0).Round(time.Millisecond))
 	deletePod(t, next)
+}
+
+// switchCordoned is the way deviceplugin/DRA.md moves a node: cordon,
+// relabel, wait until the new owner is Ready and allocatable has its new
+// value, uncordon. A pod created at the label change waits Pending and
+// runs on the new owner's path: nothing is refused, stuck or shared.
+func switchCordoned(t *testing.T, ctx context.Context, d *simnode.Deployer, st switchStep) {
+	atFlip := st.prefix + "-cordoned-at-flip"
+	cordon(t, ctx, d, true)
+	t.Cleanup(func() { cordon(t, context.Background(), d, false) })
+	r := startSwitch(t, ctx, d, st)
+	defer r.end(t)
+	r.waitLabel(t, ctx)
+	createPod(t, ctx, atFlip, gpuPod)
+	r.o.Watch(atFlip)
+	r.waitSwitch(t, "cordoned")
+	cordon(t, ctx, d, false)
+	tUncordon := time.Now()
+	p := waitPod(t, ctx, atFlip, 2*time.Minute, "Running", running)
+	if got := pathOf(p); got != st.to {
+		t.Errorf("%s: cordoned, pod %s took the %s path, want %s", st.name, atFlip, got, st.to)
+	}
+	if got := containerGPUs(t, ctx, atFlip); !slices.Equal(got, []string{dep.UUID}) {
+		t.Errorf("%s: pod %s sees %v, want %s", st.name, atFlip, got, dep.UUID)
+	}
+	t.Logf("FIGURE switch %s cordoned: the pod created at the flip ran on the %s path %s after the uncordon (%s after the flip)",
+		st.name, pathOf(p), firstRunning(r.o, atFlip).Sub(tUncordon).Round(time.Millisecond), r.sec(firstRunning(r.o, atFlip)))
+	deletePod(t, atFlip)
+	r.stop()
+	r.checkEvents(t, true)
+}
+
+// cordon sets the node's spec.unschedulable, as kubectl cordon/uncordon do.
+func cordon(t *testing.T, ctx context.Context, d *simnode.Deployer, on bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)
+	if _, err := d.Kube().Client.CoreV1().Nodes().Patch(ctx, d.Node().Name(), types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("cordon=%t: %v", on, err)
+	}
 }
 
 // firstRunning is when the observer first saw pod name Running.
