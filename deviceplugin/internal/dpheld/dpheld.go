@@ -49,7 +49,9 @@ type Watcher struct {
 // Option configures a Watcher.
 type Option func(*Watcher)
 
-// WithInterval sets the poll period (default 5 s).
+// WithInterval sets the poll period (default 1 s: a pod waiting for the GPU
+// gets it about that long after the device-plugin pod ended; a List is one
+// local gRPC call).
 func WithInterval(d time.Duration) Option { return func(w *Watcher) { w.every = d } }
 
 // WithLogger sets the logger.
@@ -57,7 +59,7 @@ func WithLogger(l *slog.Logger) Option { return func(w *Watcher) { w.log = l } }
 
 // New watches resource's assignments of gpus.
 func New(l Lister, resource string, gpus []gpu.Device, opts ...Option) *Watcher {
-	w := &Watcher{list: l, resource: resource, ids: map[string]string{}, every: 5 * time.Second, timeout: 2 * time.Second, log: slog.Default()}
+	w := &Watcher{list: l, resource: resource, ids: map[string]string{}, every: time.Second, timeout: 2 * time.Second, log: slog.Default()}
 	for _, g := range gpus {
 		w.ids[g.UUID] = g.UUID
 		w.ids[strconv.Itoa(g.Index)] = g.UUID
