@@ -22,10 +22,7 @@ type switchStep struct {
 	prefix   string // of the step's pod names
 	label    string // the node's DRA-mode label after the flip, "" when removed
 	from, to string // the path (simnode.Path*) a GPU pod takes before and after
-	// shares: with the GPU held, the pod created at the flip runs on the new
-	// owner's path while the old owner's pod still has the same GPU.
-	shares bool
-	flip   func(context.Context) (simnode.Switch, error)
+	flip     func(context.Context) (simnode.Switch, error)
 }
 
 // TestDRASwitchPods moves the node device plugin -> DRA -> device plugin
@@ -154,6 +151,23 @@ func (r *switchRun) waitSwitch(t *testing.T, what string) {
 		r.st.name, what, f.sw.OldOwnerGone.Round(time.Millisecond), simnode.Resource, f.sw.Allocatable.Round(time.Millisecond), f.sw.Ready.Round(time.Millisecond))
 }
 
+// podAtFlip creates pod name as soon as the API shows the new label, waits
+// for the switch, then up to window for the pod to run or fail; it returns
+// when the pod was created.
+func (r *switchRun) podAtFlip(t *testing.T, ctx context.Context, name, what string, window time.Duration) time.Time {
+	t.Helper()
+	r.waitLabel(t, ctx)
+	createPod(t, ctx, name, gpuPod)
+	created := time.Now()
+	r.o.Watch(name)
+	r.waitSwitch(t, what)
+	watchUntil(ctx, window, func() bool {
+		s, _ := r.o.Latest(name)
+		return s.Running() || s.Phase == corev1.PodFailed
+	})
+	return created
+}
+
 // sec is at as seconds from the flip.
 func (r *switchRun) sec(at time.Time) string { return fmt.Sprintf("%+.3fs", at.Sub(r.tFlip).Seconds()) }
 
@@ -191,30 +205,12 @@ func switchWithPods(t *testing.T, ctx context.Context, d *simnode.Deployer, st s
 	r := startSwitch(t, ctx, d, st, holder)
 	defer r.end(t)
 	o := r.o
-	r.waitLabel(t, ctx)
-	createPod(t, ctx, atFlip, gpuPod)
-	tCreated := time.Now()
-	o.Watch(atFlip)
-	r.waitSwitch(t, "with a GPU pod running")
-	// The new owner is Ready: a generous window for the pod created at the
-	// flip to be scheduled, admitted or refused while the holder runs.
-	watchUntil(ctx, 15*time.Second, func() bool {
-		s, _ := o.Latest(atFlip)
-		return s.Running() || s.Phase == corev1.PodFailed
-	})
-	flipState, _ := o.Latest(atFlip)
-	if flipState.Running() != st.shares {
-		t.Errorf("%s: pod %s created at the flip, %s after it while %s holds the GPU: %s; want running=%v (measured before; see deviceplugin/DRA.md)",
-			st.name, atFlip, r.sec(time.Now()), holder, flipState, st.shares)
-	}
-	if flipState.Running() {
-		got := containerGPUs(t, ctx, atFlip)
-		run, _ := o.Latest(atFlip)
-		t.Logf("FIGURE switch %s with a GPU pod running: pod created at the flip (%s) runs on the %s path at %s, on %v, the GPU %s still uses",
-			st.name, r.sec(tCreated), run.Path, r.sec(firstRunning(o, atFlip)), got, holder)
-		if !slices.Equal(got, gpusBefore) {
-			t.Errorf("%s sees %v, want the only GPU %v", atFlip, got, gpusBefore)
-		}
+	// A generous window for the pod created at the flip to be scheduled,
+	// admitted or refused while the holder runs.
+	tCreated := r.podAtFlip(t, ctx, atFlip, "with a GPU pod running", 15*time.Second)
+	if flipState, _ := o.Latest(atFlip); flipState.Running() {
+		t.Errorf("%s: pod %s created at the flip runs on the %s path at %s, on %v, while %s holds the only GPU (deviceplugin/DRA.md)",
+			st.name, atFlip, flipState.Path, r.sec(firstRunning(o, atFlip)), containerGPUs(t, ctx, atFlip), holder)
 	}
 
 	// The pod that ran on the old owner keeps running, with its GPU.
@@ -239,10 +235,8 @@ func switchWithPods(t *testing.T, ctx context.Context, d *simnode.Deployer, st s
 	if !watchUntil(ctx, 2*time.Minute, func() bool { s, _ := o.Latest(atFlip); return s.Running() }) {
 		t.Fatalf("%s: %s does not run 2 min after %s was deleted", st.name, atFlip, holder)
 	}
-	if !flipState.Running() {
-		t.Logf("FIGURE switch %s with a GPU pod running: pod created at the flip (%s) Pending until %s was deleted (%s), Running %s after that",
-			st.name, r.sec(tCreated), holder, r.sec(tFreed), firstRunning(o, atFlip).Sub(tFreed).Round(time.Millisecond))
-	}
+	t.Logf("FIGURE switch %s with a GPU pod running: pod created at the flip (%s) Pending until %s was deleted (%s), Running %s after that",
+		st.name, r.sec(tCreated), holder, r.sec(tFreed), firstRunning(o, atFlip).Sub(tFreed).Round(time.Millisecond))
 	deletePod(t, atFlip)
 	tFreed = time.Now()
 	if !watchUntil(ctx, 2*time.Minute, func() bool { s, _ := o.Latest(afterFree); return s.Running() }) {
@@ -271,15 +265,7 @@ func switchFree(t *testing.T, ctx context.Context, d *simnode.Deployer, st switc
 	r := startSwitch(t, ctx, d, st)
 	defer r.end(t)
 	o := r.o
-	r.waitLabel(t, ctx)
-	createPod(t, ctx, atFlip, gpuPod)
-	tCreated := time.Now()
-	o.Watch(atFlip)
-	r.waitSwitch(t, "with the GPU free")
-	watchUntil(ctx, 10*time.Second, func() bool {
-		s, _ := o.Latest(atFlip)
-		return s.Running() || s.Phase == corev1.PodFailed
-	})
+	tCreated := r.podAtFlip(t, ctx, atFlip, "with the GPU free", 10*time.Second)
 	last, _ := o.Latest(atFlip)
 	bound, isBound := o.First(atFlip, func(s simnode.PodState) bool { return s.Node != "" })
 	switch run, ok := o.First(atFlip, simnode.PodState.Running); {
