@@ -2,6 +2,7 @@ package dra
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -145,7 +146,7 @@ func (d *Driver) SetHeld(holders map[string][]string) {
 		}
 	}
 	for u, h := range holders {
-		if _, ok := d.heldSince[u]; !ok && d.byUUID(u) {
+		if _, ok := d.heldSince[u]; !ok && slices.ContainsFunc(d.devices, func(g Device) bool { return g.UUID == u }) {
 			d.heldSince[u] = now
 			d.log.Info("GPU held by device-plugin pods; tainted until they end", "uuid", u, "holders", h, "taint", contract.DRAHeldTaintKey)
 		}
@@ -155,13 +156,4 @@ func (d *Driver) SetHeld(holders map[string][]string) {
 	case d.republish <- struct{}{}:
 	default:
 	}
-}
-
-func (d *Driver) byUUID(u string) bool {
-	for _, g := range d.devices {
-		if g.UUID == u {
-			return true
-		}
-	}
-	return false
 }
