@@ -1,12 +1,19 @@
 // Package kubelet serves the DevicePlugin service on the plugin's socket in
-// kubelet's device plugin directory and keeps it registered: it registers
-// when kubelet.sock appears, retries with backoff while kubelet does not
-// answer, and re-registers when kubelet restarts (kubelet.sock re-created)
-// or the plugin's own socket is removed. It learns of both through
-// inotify (fsnotify) on the directory, with a poll as the fallback: every
-// second while the watch works, every 100 ms while it cannot be set up.
-// Re-registering touches only the socket; the service and everything
-// behind it stay as they are.
+// kubelet's device plugin directory and keeps it registered with exactly
+// one Register per kubelet instance, whatever the order of kubelet's
+// directory cleanup, its kubelet.sock's creation and the plugin's dial.
+//
+// kubelet 1.37 keys its plugin connections by socket path, and a second
+// Register for a connected path is refused ("device plugin already
+// connected") in a way that drops the live connection and refuses the path
+// until kubelet restarts. So: a kubelet instance is its kubelet.sock file,
+// and the Register goes through a handle on that file, recording the one it
+// reached; no Register goes out while kubelet holds a ListAndWatch stream of
+// the plugin; a removed plugin socket (kubelet's start-up cleanup) or a
+// stream kubelet closes without restarting is a reason to register again;
+// and a path kubelet refuses is left for a fresh socket name. Changes are seen through inotify (fsnotify)
+// on the directory, with a poll as the fallback: every second while the
+// watch works, every 100 ms while it cannot be set up.
 package kubelet
 
 import (
@@ -17,30 +24,43 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/nvinject/nvinject/shared/logging"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/stats"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // Registrar serves and registers one device plugin.
 type Registrar struct {
-	dir, socket, resource string
-	svc                   pluginapi.DevicePluginServer
-	stopSvc               func()
-	poll                  time.Duration
-	noWatch               bool
-	backoffMin            time.Duration
-	backoffMax            time.Duration
-	timeout               time.Duration
-	onRegister            func(error)
-	log                   *slog.Logger
-	registered            atomic.Bool
+	dir, base, resource string
+	svc                 pluginapi.DevicePluginServer
+	stopSvc             func()
+	poll                time.Duration
+	noWatch             bool
+	backoffMin          time.Duration
+	backoffMax          time.Duration
+	timeout             time.Duration
+	// settle is how long a closed stream waits before it counts as kubelet
+	// dropping the plugin rather than kubelet stopping.
+	settle     time.Duration
+	onRegister func(error)
+	log        *slog.Logger
+	registered atomic.Bool
+	// name is the socket's file name: base, or a fresh one after kubelet
+	// refused base.
+	name    atomic.Value
+	streams streams
+	// dialHook runs between opening kubelet.sock and dialing it; tests
+	// replace the socket there.
+	dialHook func()
 }
 
 // Option configures a Registrar.
@@ -80,10 +100,12 @@ func WithStopService(f func()) Option { return func(r *Registrar) { r.stopSvc = 
 // New returns a Registrar for svc, serving dir/socket for resource.
 func New(dir, socket, resource string, svc pluginapi.DevicePluginServer, opts ...Option) *Registrar {
 	r := &Registrar{
-		dir: dir, socket: socket, resource: resource, svc: svc, stopSvc: func() {},
+		dir: dir, base: socket, resource: resource, svc: svc, stopSvc: func() {},
 		poll: time.Second, backoffMin: 10 * time.Millisecond, backoffMax: 10 * time.Second,
-		timeout: 5 * time.Second, onRegister: func(error) {}, log: slog.Default(),
+		timeout: 5 * time.Second, settle: time.Second, onRegister: func(error) {}, log: slog.Default(),
+		streams: streams{wake: make(chan struct{}, 1)}, dialHook: func() {},
 	}
+	r.name.Store(socket)
 	for _, o := range opts {
 		o(r)
 	}
@@ -94,7 +116,7 @@ func New(dir, socket, resource string, svc pluginapi.DevicePluginServer, opts ..
 func (r *Registrar) Registered() bool { return r.registered.Load() }
 
 // Endpoint is the plugin socket's path.
-func (r *Registrar) Endpoint() string { return filepath.Join(r.dir, r.socket) }
+func (r *Registrar) Endpoint() string { return filepath.Join(r.dir, r.name.Load().(string)) }
 
 func (r *Registrar) kubeletSocket() string { return filepath.Join(r.dir, "kubelet.sock") }
 
@@ -105,35 +127,47 @@ type fileID struct {
 	ctime    int64
 }
 
+func idOf(st *unix.Stat_t) fileID {
+	return fileID{dev: st.Dev, ino: st.Ino, ctime: st.Ctim.Nano()}
+}
+
 func statID(p string) (fileID, bool) {
-	fi, err := os.Stat(p)
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
 		return fileID{}, false
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileID{}, false
-	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}, true
+	return idOf(&st), true
 }
 
 // Run serves and keeps the plugin registered until ctx ends, then stops
 // the streams and the server and removes the socket.
 func (r *Registrar) Run(ctx context.Context) error {
-	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, r.svc)
+	srv := r.newServer()
 	var serving sync.WaitGroup
-	var ln net.Listener
-	var own fileID
-	var lastListenErr string
-
+	serve := func(s *grpc.Server, ln net.Listener) {
+		serving.Add(1)
+		go func() { defer serving.Done(); _ = s.Serve(ln) }()
+	}
 	var (
-		registeredTo fileID
-		haveReg      bool
-		attemptedTo  fileID
-		nextAttempt  time.Time
-		backoff      = r.backoffMin
-		kubeletGone  bool
+		ln            net.Listener
+		own           fileID
+		lastListenErr string
+		lastWatchErr  string
+
+		// The kubelet instance (its kubelet.sock) the last accepted
+		// Register reached, and the streams opened before it.
+		regTo     fileID
+		haveReg   bool
+		regOpened uint64
+		lostAt    time.Time
+		// cleaned: the plugin socket was removed since that Register.
+		cleaned bool
+
+		attemptedTo fileID
+		nextAttempt time.Time
+		backoff     = r.backoffMin
+		kubeletGone bool
+		renames     int
 	)
 	var watch *dirWatch
 	var wake <-chan struct{}
@@ -142,13 +176,12 @@ func (r *Registrar) Run(ctx context.Context) error {
 			watch.close()
 		}
 	}()
-	lastWatchErr := ""
 	var retry <-chan time.Time
 	tick := time.NewTicker(min(r.poll, fallbackPoll))
 	defer tick.Stop()
 	for {
 		if watch == nil && !r.noWatch {
-			w, err := watchDir(r.dir, filepath.Base(r.kubeletSocket()), r.socket)
+			w, err := watchDir(r.dir, filepath.Base(r.kubeletSocket()))
 			switch {
 			case err == nil:
 				watch, wake = w, w.wake
@@ -159,14 +192,21 @@ func (r *Registrar) Run(ctx context.Context) error {
 				lastWatchErr = err.Error()
 			}
 		}
+		// A starting kubelet removes the plugin's socket, and a new
+		// kubelet.sock may reuse the old one's inode and ctime tick: so a
+		// removed socket means registering again, unless kubelet still holds
+		// a stream of the plugin (then it keeps that connection, and a
+		// Register would be refused).
 		if id, ok := statID(r.Endpoint()); ln == nil || !ok || id != own {
 			if ln != nil {
-				r.log.Warn("plugin socket removed or replaced; serving on a new one and re-registering", "socket", r.Endpoint())
+				r.log.Warn("plugin socket removed or replaced; serving on a new one", "socket", r.Endpoint())
 				_ = ln.Close()
 				ln = nil
+				cleaned = true
+				if r.streams.open.Load() == 0 {
+					haveReg = false
+				}
 			}
-			haveReg = false
-			r.registered.Store(false)
 			newLn, id, err := r.listen()
 			switch {
 			case err != nil:
@@ -177,23 +217,53 @@ func (r *Registrar) Run(ctx context.Context) error {
 			default:
 				lastListenErr = ""
 				ln, own = newLn, id
-				serving.Add(1)
-				go func() { defer serving.Done(); _ = srv.Serve(newLn) }()
+				serve(srv, newLn)
 				r.log.Info("serving device plugin", "socket", r.Endpoint())
 			}
 		}
 
 		kid, present := statID(r.kubeletSocket())
+		open := r.streams.open.Load()
+		// kubelet closed the stream it opened after our Register: it dropped
+		// the plugin or it stopped. Unless the socket was cleaned up since,
+		// wait a moment first, since a stopping kubelet closes its streams
+		// before its socket goes.
+		lost := false
+		if haveReg && open == 0 && r.streams.opened.Load() > regOpened {
+			if lostAt.IsZero() {
+				lostAt = time.Now()
+			}
+			if wait := r.settle - time.Since(lostAt); wait > 0 && !cleaned {
+				retry = time.After(wait)
+			} else {
+				lost = true
+			}
+		} else {
+			lostAt = time.Time{}
+		}
 		switch {
 		case !present:
 			if !kubeletGone {
 				r.log.Info("kubelet registration socket absent; waiting for kubelet", "socket", r.kubeletSocket())
 				kubeletGone = true
 			}
-			haveReg = false
 			r.registered.Store(false)
-		case ln != nil && (!haveReg || registeredTo != kid):
+		case open > 0:
+			// kubelet holds a ListAndWatch stream of this plugin: it is
+			// connected, and another Register would be refused.
 			kubeletGone = false
+			r.registered.Store(true)
+		case haveReg && regTo == kid && !lost:
+			// Accepted by this kubelet; its stream is on the way.
+			kubeletGone = false
+		case ln == nil:
+		default:
+			kubeletGone = false
+			if lost {
+				r.log.Warn("kubelet closed the plugin's ListAndWatch stream without restarting; registering again", "socket", r.Endpoint())
+				haveReg, lostAt = false, time.Time{}
+				r.registered.Store(false)
+			}
 			if attemptedTo != kid {
 				// A new kubelet: register at once, with a fresh backoff.
 				attemptedTo, backoff, nextAttempt = kid, r.backoffMin, time.Time{}
@@ -201,17 +271,41 @@ func (r *Registrar) Run(ctx context.Context) error {
 			if time.Now().Before(nextAttempt) {
 				break
 			}
-			err := r.register(ctx)
-			if err == nil {
-				registeredTo, haveReg = kid, true
+			before := r.streams.opened.Load()
+			reached, err := r.register(ctx)
+			switch {
+			case err == nil:
+				regTo, haveReg, regOpened, lostAt, cleaned = reached, true, before, time.Time{}, false
 				r.registered.Store(true)
-				r.log.Info("registered with kubelet", "resource", r.resource, "endpoint", r.socket)
-			} else if ctx.Err() == nil {
+				r.log.Info("registered with kubelet", "resource", r.resource, "endpoint", filepath.Base(r.Endpoint()))
+			case ctx.Err() != nil:
+			case alreadyConnected(err) && renames < maxRenames:
+				renames++
+				old := r.Endpoint()
+				r.name.Store(renamed(r.base, renames))
+				r.log.Error("kubelet refuses this plugin socket: it still holds an earlier connection of that path (kubelet's \"device plugin already connected\") and refuses the path until kubelet restarts; serving on a fresh socket name instead",
+					"socket", old, "new_socket", r.Endpoint())
+				// The old server's connections end with it, kubelet's
+				// orphaned one among them.
+				srv.Stop()
+				srv = r.newServer()
+				if id, ok := statID(old); ok && id == own {
+					_ = os.Remove(old)
+				}
+				ln, haveReg, nextAttempt, backoff = nil, false, time.Time{}, r.backoffMin
+				r.registered.Store(false)
+				r.onRegister(err)
+				continue
+			default:
 				haveReg = false
 				r.registered.Store(false)
 				nextAttempt = time.Now().Add(backoff)
 				retry = time.After(backoff)
-				r.log.Warn("register with kubelet failed; retrying", logging.Err(err), "retry_in", backoff)
+				if alreadyConnected(err) {
+					r.log.Error("kubelet refuses every socket name tried as already connected; restart kubelet to clear its device manager", logging.Err(err), "retry_in", backoff)
+				} else {
+					r.log.Warn("register with kubelet failed; retrying", logging.Err(err), "retry_in", backoff)
+				}
 				backoff = min(2*backoff, r.backoffMax)
 			}
 			r.onRegister(err)
@@ -225,7 +319,88 @@ func (r *Registrar) Run(ctx context.Context) error {
 		case <-tick.C:
 		case <-wake:
 		case <-retry:
+		case <-r.streams.wake:
 		}
+	}
+}
+
+// maxRenames bounds the fresh socket names one process tries.
+const maxRenames = 8
+
+// renamed is the n-th fresh socket name for base: "p.sock" -> "p-1.sock".
+func renamed(base string, n int) string {
+	return fmt.Sprintf("%s-%d.sock", strings.TrimSuffix(base, ".sock"), n)
+}
+
+// alreadyConnected recognises kubelet's refusal of a Register for a socket
+// path its device manager still holds (pkg/kubelet/cm/devicemanager).
+func alreadyConnected(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "device plugin already connected")
+}
+
+func (r *Registrar) newServer() *grpc.Server {
+	// WaitForHandlers: after Stop, the stream count is exact.
+	srv := grpc.NewServer(grpc.StatsHandler(&r.streams), grpc.UnaryInterceptor(r.streams.unary),
+		grpc.StreamInterceptor(r.streams.stream), grpc.WaitForHandlers(true))
+	pluginapi.RegisterDevicePluginServer(srv, r.svc)
+	return srv
+}
+
+// streams counts kubelet's open ListAndWatch streams and wakes the loop
+// when one opens or closes. kubelet's connection is the one that asks the
+// plugin's options first while our Register is in flight (kubelet dials
+// back inside its Register handler); streams of other clients, a debugging
+// tool say, do not count.
+type streams struct {
+	open        atomic.Int64
+	opened      atomic.Uint64
+	registering atomic.Bool
+	nextConn    atomic.Uint64
+	kubelet     sync.Map // conn ID -> struct{}
+	wake        chan struct{}
+}
+
+type connKey struct{}
+
+func (s *streams) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connKey{}, s.nextConn.Add(1))
+}
+
+func (s *streams) HandleConn(ctx context.Context, st stats.ConnStats) {
+	if _, end := st.(*stats.ConnEnd); end {
+		s.kubelet.Delete(ctx.Value(connKey{}))
+	}
+}
+
+func (s *streams) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (s *streams) HandleRPC(context.Context, stats.RPCStats)                       {}
+
+func (s *streams) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	// The first to ask during the Register is kubelet, inside its handler.
+	if info.FullMethod == pluginapi.DevicePlugin_GetDevicePluginOptions_FullMethodName && s.registering.CompareAndSwap(true, false) {
+		s.kubelet.Store(ctx.Value(connKey{}), struct{}{})
+	}
+	return h(ctx, req)
+}
+
+func (s *streams) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if _, ok := s.kubelet.Load(ss.Context().Value(connKey{})); !ok || info.FullMethod != pluginapi.DevicePlugin_ListAndWatch_FullMethodName {
+		return h(srv, ss)
+	}
+	s.opened.Add(1)
+	s.open.Add(1)
+	s.signal()
+	defer func() {
+		s.open.Add(-1)
+		s.signal()
+	}()
+	return h(srv, ss)
+}
+
+func (s *streams) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -250,24 +425,44 @@ func (r *Registrar) listen() (net.Listener, fileID, error) {
 	return ln, id, nil
 }
 
-func (r *Registrar) register(ctx context.Context) error {
-	conn, err := grpc.NewClient("unix://"+r.kubeletSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+// register sends one Register through a handle on kubelet.sock, so that it
+// reaches exactly the file whose identity it returns: a kubelet.sock
+// replaced between a stat and a dial by path would otherwise be recorded as
+// the old one, and the next look would register a second time.
+func (r *Registrar) register(ctx context.Context) (fileID, error) {
+	fd, err := unix.Open(r.kubeletSocket(), unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("connect to kubelet at %s: %w", r.kubeletSocket(), err)
+		return fileID{}, fmt.Errorf("open kubelet's registration socket %s: %w", r.kubeletSocket(), err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fileID{}, fmt.Errorf("stat kubelet's registration socket %s: %w", r.kubeletSocket(), err)
+	}
+	r.dialHook()
+	via := fmt.Sprintf("/proc/self/fd/%d", fd)
+	conn, err := grpc.NewClient("passthrough:///kubelet.sock", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("localhost"),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", via)
+		}))
+	if err != nil {
+		return fileID{}, fmt.Errorf("connect to kubelet at %s: %w", r.kubeletSocket(), err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
+	r.streams.registering.Store(true)
+	defer r.streams.registering.Store(false)
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
-		Endpoint:     r.socket,
+		Endpoint:     filepath.Base(r.Endpoint()),
 		ResourceName: r.resource,
 		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
 	})
 	if err != nil {
-		return fmt.Errorf("register %s with kubelet at %s: %w", r.resource, r.kubeletSocket(), err)
+		return fileID{}, fmt.Errorf("register %s with kubelet at %s: %w", r.resource, r.kubeletSocket(), err)
 	}
-	return nil
+	return idOf(&st), nil
 }
 
 func (r *Registrar) shutdown(srv *grpc.Server, ln net.Listener, own fileID) {

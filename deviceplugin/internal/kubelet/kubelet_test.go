@@ -14,8 +14,27 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
 )
 
+// svc is the least a plugin serves for kubelet to connect: its options
+// and a ListAndWatch stream that stays open.
 type svc struct {
 	pluginapi.UnimplementedDevicePluginServer
+	// stop, when set, ends the streams (the registrar's WithStopService).
+	stop chan struct{}
+}
+
+func (svc) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (v svc) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
+	if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: []*pluginapi.Device{{ID: "GPU-0", Health: pluginapi.Healthy}}}); err != nil {
+		return err
+	}
+	select {
+	case <-s.Context().Done():
+	case <-v.stop:
+	}
+	return nil
 }
 
 func TestRegistersWhenKubeletAppearsAfterFailures(t *testing.T) {
@@ -25,7 +44,8 @@ func TestRegistersWhenKubeletAppearsAfterFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	results := make(chan error, 64)
-	r := New(dir, "p.sock", "nvidia.com/gpu", svc{}, WithPoll(5*time.Millisecond), WithBackoff(time.Millisecond, 4*time.Millisecond),
+	stop := make(chan struct{})
+	r := New(dir, "p.sock", "nvidia.com/gpu", svc{stop: stop}, WithStopService(func() { close(stop) }), WithPoll(5*time.Millisecond), WithBackoff(time.Millisecond, 4*time.Millisecond),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithOnRegister(func(err error) { results <- err }))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
