@@ -13,9 +13,10 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// holder is a GPU container nvinject-nri admitted and the runtime has not
-// stopped: kubelet no longer lists a pod that is terminating, or one it
-// never assigned the GPU to, while its container still runs.
+// holder is a GPU container nvinject-nri admitted that the runtime has not
+// stopped. kubelet's List does not cover them all: it no longer lists a
+// terminating pod whose container still runs, and without
+// --pod-resources-socket nothing is asked.
 type holder struct {
 	podUID, pod, ctr string // pod is namespace/name
 	uuids            []string
