@@ -209,6 +209,30 @@ func (rt *Runtime) Create(ctx context.Context, pod *api.PodSandbox, ctr *api.Con
 	return res.GetAdjust(), nil
 }
 
+// StopContainer relays a container's stop to every connected plugin.
+func (rt *Runtime) StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	_, err := rt.r.StopContainer(ctx, &api.StopContainerRequest{Pod: pod, Container: ctr})
+	return err
+}
+
+// RemoveContainer relays a container's removal to every connected plugin.
+func (rt *Runtime) RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	return rt.r.RemoveContainer(ctx, &api.StateChangeEvent{Pod: pod, Container: ctr})
+}
+
+// RemovePodSandbox relays a pod's removal to every connected plugin.
+func (rt *Runtime) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	return rt.r.RemovePodSandbox(ctx, &api.StateChangeEvent{Pod: pod})
+}
+
+// SetRunning sets the pods and containers a plugin connecting later
+// finds in Synchronize.
+func (rt *Runtime) SetRunning(pods []*api.PodSandbox, ctrs []*api.Container) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.pods, rt.ctrs = pods, ctrs
+}
+
 // Stop stops the runtime side, closing plugin connections.
 func (rt *Runtime) Stop() {
 	if rt.proxy != nil {

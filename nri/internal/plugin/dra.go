@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -13,24 +14,27 @@ import (
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
-// KubeletClaims reports the DRA ResourceClaims kubelet prepared for a
-// container (PodResources dynamic_resources); the PodResources client
-// satisfies it. A KubeletDevices without it checks device-plugin GPUs only.
-type KubeletClaims interface {
-	Claims(ctx context.Context, namespace, pod, ctr, driver string) ([]podresources.Claim, error)
+// kubeletView is one PodResources List: every pod kubelet lists, and what
+// it assigned the container asked about.
+type kubeletView struct {
+	pods []podresources.Pod
+	own  podresources.Container
 }
 
-// claims returns nvinject-dra's claims for ctr from kubelet (none when
-// the kubelet client has no claim lookup). kubelet hands their CDI names to
-// containerd only in the CRI CDIDevices field, which containerd applies
-// itself without passing the names to NRI: so a container that has NVIDIA
-// device nodes but no names asks kubelet.
-func (h *Handler) claims(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]podresources.Claim, error) {
-	kc, ok := h.kubelet.(KubeletClaims)
-	if !ok {
-		return nil, nil
+// askKubelet lists kubelet's assignments once for a container. kubelet
+// hands a DRA claim's CDI names to containerd only in the CRI CDIDevices
+// field, which containerd applies itself without passing the names to NRI:
+// so a container that has NVIDIA device nodes but no names asks kubelet.
+func (h *Handler) askKubelet(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*kubeletView, error) {
+	pods, err := h.kubelet.List(ctx, h.resource, contract.DRADriver)
+	if err != nil {
+		return nil, err
 	}
-	return kc.Claims(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), contract.DRADriver)
+	i := slices.IndexFunc(pods, func(p podresources.Pod) bool { return p.Namespace == pod.GetNamespace() && p.Name == pod.GetName() })
+	if i < 0 {
+		return nil, fmt.Errorf("kubelet's PodResources lists no pod %s/%s; check that --pod-resources-socket is this node's kubelet", pod.GetNamespace(), pod.GetName())
+	}
+	return &kubeletView{pods: pods, own: pods[i].Container(ctr.GetName())}, nil
 }
 
 // claimNames returns the CDI names of our kind that claims prepared, and

@@ -1,7 +1,7 @@
 // Package plugin is the NRI plugin: the CreateContainer and Synchronize
 // handlers (handler.go), the check of the final container
-// (validate.go), the internal deadline (deadline.go) and the connection to
-// the runtime (runner.go).
+// (validate.go), which pod holds which GPU (holders.go), the internal
+// deadline (deadline.go) and the connection to the runtime (runner.go).
 package plugin
 
 import (
@@ -22,6 +22,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/convert"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
+	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -38,11 +39,14 @@ const DefaultRequestDeadline = time.Second
 // Resolver resolves CDI names to edits.
 type Resolver interface {
 	Resolve(names []string, user oci.User) (resolve.Result, error)
+	Device(name string) (resolve.Device, bool)
 }
 
-// KubeletDevices reports the device IDs kubelet assigned to a container.
-type KubeletDevices interface {
-	DeviceIDs(ctx context.Context, namespace, pod, ctr, resource string) ([]string, error)
+// Kubelet reports what kubelet's PodResources assigned the containers of
+// every pod it lists, in one List call: device-plugin IDs of resource and
+// DRA claims of driver. The PodResources client satisfies it.
+type Kubelet interface {
+	List(ctx context.Context, resource, driver string) ([]podresources.Pod, error)
 }
 
 // Refusal reasons that are not a verify.Reason.
@@ -54,6 +58,8 @@ const (
 	ReasonSpec         = "spec-error"
 	ReasonKubeletDown  = "podresources-unavailable"
 	ReasonDeadline     = "deadline"
+	// ReasonHeld: another live pod holds the container's GPU.
+	ReasonHeld = "gpu-held"
 )
 
 // RefusalError is a refused container creation; Reason labels the metric.
@@ -74,7 +80,7 @@ type Handler struct {
 	log       *slog.Logger
 	collector *collect.Collector
 	resolver  Resolver
-	kubelet   KubeletDevices
+	kubelet   Kubelet
 	metrics   *metrics.Metrics
 	handlers  map[string]bool
 	vendor    string
@@ -85,6 +91,7 @@ type Handler struct {
 	simDelay  atomic.Int64
 	// inflight counts requests still running after their deadline refused them.
 	inflight sync.WaitGroup
+	holders  holders
 }
 
 // Option configures a Handler.
@@ -93,8 +100,9 @@ type Option func(*Handler)
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(h *Handler) { h.log = l } }
 
-// WithKubelet makes every check also compare with kubelet's PodResources.
-func WithKubelet(k KubeletDevices) Option { return func(h *Handler) { h.kubelet = k } }
+// WithKubelet makes every check also compare with kubelet's PodResources
+// and refuse a GPU another pod holds there.
+func WithKubelet(k Kubelet) Option { return func(h *Handler) { h.kubelet = k } }
 
 // WithMetrics sets where outcomes are counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(h *Handler) { h.metrics = m } }
@@ -190,13 +198,13 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		return outcome{}, refuse(ReasonBadRequest, err)
 	}
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
-	if len(names) == 0 && hasNVIDIANode(ctr) {
-		claims, err := h.claims(ctx, pod, ctr)
+	if len(names) == 0 && hasNVIDIANode(ctr) && h.kubelet != nil {
+		kv, err := h.askKubelet(ctx, pod, ctr)
 		if err != nil {
 			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
 		var held string
-		if names, held = h.claimNames(claims); held != "" {
+		if names, held = h.claimNames(kv.own.Claims); held != "" {
 			who += " (" + held + ")"
 		}
 	}
@@ -258,12 +266,18 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 		byID[p.GetId()] = p
 	}
 	pass, fail := 0, 0
+	running := map[string]holder{}
 	for _, ctr := range ctrs {
 		pod := byID[ctr.GetPodSandboxId()]
 		if pod == nil || !h.handlers[pod.GetRuntimeHandler()] {
 			continue
 		}
 		uuids, err := h.check(ctr)
+		// What runs holds its GPUs, passing the check or not; events missed
+		// while disconnected are caught up here.
+		if held := recordedUUIDs(ctr, uuids); len(held) > 0 && ctr.GetState() != api.ContainerState_CONTAINER_STOPPED {
+			running[ctr.GetId()] = holderOf(pod, ctr, held)
+		}
 		attrs := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "state", ctr.GetState().String()}
 		switch {
 		case err != nil:
@@ -274,10 +288,11 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 			h.log.Info("running GPU container passes the check", append(attrs, "uuids", contract.List(uuids))...)
 		}
 	}
+	h.holders.reset(running)
 	if h.metrics != nil {
 		h.metrics.Running(pass, fail)
 	}
-	h.log.Info("synchronized with runtime", "containers", len(ctrs), "gpu_containers_passing", pass, "gpu_containers_failing", fail)
+	h.log.Info("synchronized with runtime", "containers", len(ctrs), "gpu_containers_passing", pass, "gpu_containers_failing", fail, "gpu_containers_holding", len(running))
 	return nil, nil
 }
 

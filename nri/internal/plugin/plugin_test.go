@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,6 +133,15 @@ func (e *env) create(t *testing.T, pod *api.PodSandbox, ann map[string]string, c
 	}
 	nritest.Apply(t, s, adj)
 	return s, adj, nil
+}
+
+// remove tells the plugin the container e.create made for pod is gone.
+func (e *env) remove(t *testing.T, pod *api.PodSandbox) {
+	t.Helper()
+	ctr := &api.Container{Id: "ctr-" + pod.GetId(), PodSandboxId: pod.GetId(), Name: "main"}
+	if err := e.rt.RemoveContainer(context.Background(), pod, ctr); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func gpuMinors(s *oci.Spec) []int64 {
@@ -263,6 +274,7 @@ func TestAlreadyInjectedByContainerdIsNotDuplicated(t *testing.T) {
 	}
 
 	// Without containerd's CDI the plugin adds the spec's hooks, once.
+	e.remove(t, nritest.Pod("p", "nvidia", nil))
 	s, adj, err = e.create(t, nritest.Pod("q", "nvidia", nil), map[string]string{contract.DevicesAnnotation: name}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -373,20 +385,79 @@ func TestMalformedSpecBesideGoodOne(t *testing.T) {
 	}
 }
 
-// kubelet is a PodResources server answering with fixed assignments.
+// kubelet is a PodResources server answering List with the pods it is
+// given (namespace default), or with err.
 type kubelet struct {
 	podresv1.UnimplementedPodResourcesListerServer
-	assigned map[string][]string // pod name → GPU UUIDs of container "main"
+	mu   sync.Mutex
+	pods map[string]*podresv1.PodResources
+	err  error
 }
 
-func (k *kubelet) Get(_ context.Context, r *podresv1.GetPodResourcesRequest) (*podresv1.GetPodResourcesResponse, error) {
-	return &podresv1.GetPodResourcesResponse{PodResources: &podresv1.PodResources{
-		Name: r.GetPodName(), Namespace: r.GetPodNamespace(),
-		Containers: []*podresv1.ContainerResources{{Name: "main", Devices: []*podresv1.ContainerDevices{
-			{ResourceName: "nvidia.com/gpu", DeviceIds: k.assigned[r.GetPodName()]},
-			{ResourceName: "example.com/nic", DeviceIds: []string{"n0"}},
-		}}},
-	}}, nil
+func (k *kubelet) List(context.Context, *podresv1.ListPodResourcesRequest) (*podresv1.ListPodResourcesResponse, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	res := &podresv1.ListPodResourcesResponse{}
+	for _, n := range slices.Sorted(maps.Keys(k.pods)) {
+		res.PodResources = append(res.PodResources, k.pods[n])
+	}
+	return res, k.err
+}
+
+// container returns container ctr of pod, adding both as needed.
+func (k *kubelet) container(pod, ctr string) *podresv1.ContainerResources {
+	if k.pods == nil {
+		k.pods = map[string]*podresv1.PodResources{}
+	}
+	p := k.pods[pod]
+	if p == nil {
+		p = &podresv1.PodResources{Name: pod, Namespace: "default"}
+		k.pods[pod] = p
+	}
+	for _, c := range p.Containers {
+		if c.Name == ctr {
+			return c
+		}
+	}
+	c := &podresv1.ContainerResources{Name: ctr}
+	p.Containers = append(p.Containers, c)
+	return c
+}
+
+// assign gives container ctr of pod the device-plugin IDs (and a NIC).
+func (k *kubelet) assign(pod, ctr string, ids ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c := k.container(pod, ctr)
+	c.Devices = append(c.Devices, &podresv1.ContainerDevices{ResourceName: "nvidia.com/gpu", DeviceIds: ids},
+		&podresv1.ContainerDevices{ResourceName: "example.com/nic", DeviceIds: []string{"n0"}})
+}
+
+// claim gives container ctr of pod nvinject-dra's claim "gpu-<pod>" of
+// the CDI device name.
+func (k *kubelet) claim(pod, ctr, name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c := k.container(pod, ctr)
+	c.DynamicResources = append(c.DynamicResources, &podresv1.DynamicResource{
+		ClaimName: "gpu-" + pod, ClaimNamespace: "default",
+		ClaimResources: []*podresv1.ClaimResource{{DriverName: contract.DRADriver, PoolName: "node", DeviceName: "gpu-1",
+			CdiDevices: []*podresv1.CDIDevice{{Name: name}}}},
+	})
+}
+
+// fail makes List fail with err.
+func (k *kubelet) fail(err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.err = err
+}
+
+// reset forgets every pod and failure.
+func (k *kubelet) reset() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.pods, k.err = nil, nil
 }
 
 func serveKubelet(t *testing.T, k *kubelet) string {
@@ -406,26 +477,43 @@ func serveKubelet(t *testing.T, k *kubelet) string {
 func TestPodResources(t *testing.T) {
 	k := &kubelet{}
 	e := start(t, envOpts{kubelet: serveKubelet(t, k)})
-	// DEVICE_ID_STRATEGY=index: kubelet reports GPU indices, not UUIDs.
-	k.assigned = map[string][]string{"pod-ok": {e.node.Devices[1].UUID}, "pod-bad": {e.node.Devices[2].UUID},
-		"pod-index-ok": {"1"}, "pod-index-bad": {"2"}}
-	ann := map[string]string{contract.DevicesAnnotation: e.node.Name(1)}
-	if _, _, err := e.create(t, nritest.Pod("ok", "nvidia", nil), ann, nil); err != nil {
-		t.Fatalf("kubelet agrees, yet refused: %v", err)
-	}
-	if _, _, err := e.create(t, nritest.Pod("index-ok", "nvidia", nil), ann, nil); err != nil {
-		t.Fatalf("kubelet agrees by index, yet refused: %v", err)
-	}
-	if _, _, err := e.create(t, nritest.Pod("index-bad", "nvidia", nil), ann, nil); err == nil || !strings.Contains(err.Error(), "[2]") {
-		t.Fatalf("kubelet assigned index 2: err = %v, want a refusal naming it", err)
-	}
-	_, _, err := e.create(t, nritest.Pod("bad", "nvidia", nil), ann, nil)
-	if err == nil || !strings.Contains(err.Error(), e.node.Devices[2].UUID) || !strings.Contains(err.Error(), e.node.Devices[1].UUID) {
-		t.Fatalf("kubelet disagrees: err = %v, want refusal naming both UUIDs", err)
+	uuid1, uuid2 := e.node.Devices[1].UUID, e.node.Devices[2].UUID
+	for _, tc := range []struct {
+		name    string
+		ids     []string
+		wantErr []string // nil: admitted
+	}{
+		{name: "kubelet agrees", ids: []string{uuid1}},
+		// DEVICE_ID_STRATEGY=index: kubelet reports GPU indices, not UUIDs.
+		{name: "kubelet agrees by index", ids: []string{"1"}},
+		{name: "kubelet assigned index 2", ids: []string{"2"}, wantErr: []string{"[2]"}},
+		{name: "kubelet disagrees", ids: []string{uuid2}, wantErr: []string{uuid1, uuid2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k.reset()
+			k.assign("pod-p", "main", tc.ids...)
+			pod := nritest.Pod("p", "nvidia", nil)
+			_, _, err := e.create(t, pod, map[string]string{contract.DevicesAnnotation: e.node.Name(1)}, nil)
+			e.remove(t, pod)
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("admitted")
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
 	}
 
 	down := start(t, envOpts{kubelet: filepath.Join(shortDir(t), "absent.sock")})
-	_, _, err = down.create(t, nritest.Pod("ok", "nvidia", nil), map[string]string{contract.DevicesAnnotation: down.node.Name(1)}, nil)
+	_, _, err := down.create(t, nritest.Pod("ok", "nvidia", nil), map[string]string{contract.DevicesAnnotation: down.node.Name(1)}, nil)
 	if err == nil || !strings.Contains(err.Error(), "absent.sock") {
 		t.Fatalf("kubelet unreachable: err = %v, want refusal naming the socket", err)
 	}

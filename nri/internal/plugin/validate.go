@@ -11,7 +11,6 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -21,9 +20,10 @@ import (
 // every NRI plugin's adjustment: the GPUs it gets, by device node, bind
 // mount of a GPU node or device cgroup rule, must be exactly the ones
 // allocated to it, the UUID environment must agree and, when configured,
-// kubelet's PodResources too. The runtime calls it after all plugins'
-// CreateContainer; an error, a timeout or this plugin being gone fails the
-// creation.
+// kubelet's PodResources too; and no other live pod may hold them, in
+// kubelet's PodResources or as a GPU container admitted here that still
+// runs. The runtime calls it after all plugins' CreateContainer; an error,
+// a timeout or this plugin being gone fails the creation.
 func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.ValidateContainerAdjustmentRequest) error {
 	pod, ctr := req.GetPod(), req.GetContainer()
 	uuids, err := within(ctx, h, "ValidateContainerAdjustment", func(ctx context.Context) ([]string, error) {
@@ -34,6 +34,14 @@ func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 		return err
 	}
 	if len(uuids) > 0 {
+		// Checked and recorded here, after the deadline's work: a check
+		// that overran must not record a container the runtime refused.
+		if o, u, busy := h.holders.admit(ctr.GetId(), holderOf(pod, ctr, uuids)); busy {
+			err := refuse(ReasonHeld, fmt.Errorf("container %s of pod %s/%s: %w", ctr.GetName(), pod.GetNamespace(), pod.GetName(),
+				heldError(u, "container "+o.ctr+" of pod "+o.pod, "as a running container seen by nvinject-nri")))
+			h.refused(pod, ctr, err)
+			return err
+		}
 		if h.metrics != nil {
 			h.metrics.Injected()
 		}
@@ -57,17 +65,17 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if err != nil {
 		return nil, refuse(ReasonBadRequest, err)
 	}
-	// A DRA container: containerd applied its claims' CDI names itself. The
-	// claims are asked for once and serve the kubelet comparison below too.
-	var claims []podresources.Claim
-	asked, named := false, false
-	if len(names) == 0 && hasNVIDIANode(ctr) {
-		if claims, err = h.claims(ctx, pod, ctr); err != nil {
+	// A DRA container: containerd applied its claims' CDI names itself.
+	// kubelet is asked once (one List) and serves the comparison and the
+	// check for other pods holding the GPU below too.
+	var kv *kubeletView
+	named := false
+	if len(names) == 0 && hasNVIDIANode(ctr) && h.kubelet != nil {
+		if kv, err = h.askKubelet(ctx, pod, ctr); err != nil {
 			return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
-		asked = true
 		var held string
-		if names, held = h.claimNames(claims); held != "" {
+		if names, held = h.claimNames(kv.own.Claims); held != "" {
 			who, named = who+" ("+held+")", true
 		}
 	}
@@ -93,19 +101,16 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	// Only GPU containers ask kubelet: a container without GPUs has nothing
 	// to compare, and the check refuses any GPU node in it.
 	if h.kubelet != nil && len(gpus) > 0 {
-		ids, err := h.kubelet.DeviceIDs(ctx, pod.GetNamespace(), pod.GetName(), ctr.GetName(), h.resource)
-		if err != nil {
-			return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+		if kv == nil {
+			if kv, err = h.askKubelet(ctx, pod, ctr); err != nil {
+				return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+			}
 		}
+		ids := kv.own.DeviceIDs
 		in.Kubelet = kubeletUUIDs(ids, res)
 		if len(ids) == 0 {
 			// No device-plugin GPU: the DRA driver's claims are kubelet's word.
-			if !asked {
-				if claims, err = h.claims(ctx, pod, ctr); err != nil {
-					return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
-				}
-			}
-			if uuids, held := h.claimUUIDs(claims, res); held != "" {
+			if uuids, held := h.claimUUIDs(kv.own.Claims, res); held != "" {
 				in.Kubelet = uuids
 				if !named {
 					who += " (" + held + ")"
@@ -116,7 +121,13 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if err := verify.Check(in); err != nil {
 		return nil, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
-	return verify.UUIDs(gpus), nil
+	uuids := verify.UUIDs(gpus)
+	if kv != nil {
+		if err := h.heldInKubelet(kv, pod, uuids, res); err != nil {
+			return nil, refuse(ReasonHeld, fmt.Errorf("%s: %w", who, err))
+		}
+	}
+	return uuids, nil
 }
 
 // final is a container as it will run, after the adjustment.

@@ -1,8 +1,9 @@
 package podresources
 
 import (
-	"context"
 	"slices"
+
+	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
 // Claim is one DRA ResourceClaim kubelet prepared for a container, as
@@ -32,34 +33,25 @@ func (c Claim) CDIDevices() []string {
 	return out
 }
 
-// Claims returns the ResourceClaims of driver kubelet prepared for
-// container ctr of pod namespace/pod, with their devices of that driver.
-func (c *Client) Claims(ctx context.Context, namespace, pod, ctr, driver string) ([]Claim, error) {
-	pr, err := c.get(ctx, namespace, pod)
-	if err != nil {
-		return nil, err
-	}
+// claims returns the container's claims with devices of driver, with only
+// those devices.
+func claims(cr *podresv1.ContainerResources, driver string) []Claim {
 	var out []Claim
-	for _, cr := range pr.GetContainers() {
-		if cr.GetName() != ctr {
-			continue
+	for _, dr := range cr.GetDynamicResources() {
+		cl := Claim{Namespace: dr.GetClaimNamespace(), Name: dr.GetClaimName()}
+		for _, r := range dr.GetClaimResources() {
+			if r.GetDriverName() != driver {
+				continue
+			}
+			d := ClaimDevice{Pool: r.GetPoolName(), Device: r.GetDeviceName()}
+			for _, n := range r.GetCdiDevices() {
+				d.CDIDevices = append(d.CDIDevices, n.GetName())
+			}
+			cl.Devices = append(cl.Devices, d)
 		}
-		for _, dr := range cr.GetDynamicResources() {
-			cl := Claim{Namespace: dr.GetClaimNamespace(), Name: dr.GetClaimName()}
-			for _, r := range dr.GetClaimResources() {
-				if r.GetDriverName() != driver {
-					continue
-				}
-				d := ClaimDevice{Pool: r.GetPoolName(), Device: r.GetDeviceName()}
-				for _, n := range r.GetCdiDevices() {
-					d.CDIDevices = append(d.CDIDevices, n.GetName())
-				}
-				cl.Devices = append(cl.Devices, d)
-			}
-			if len(cl.Devices) > 0 {
-				out = append(out, cl)
-			}
+		if len(cl.Devices) > 0 {
+			out = append(out, cl)
 		}
 	}
-	return out, nil
+	return out
 }

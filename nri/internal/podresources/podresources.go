@@ -1,5 +1,5 @@
-// Package podresources asks kubelet which devices it assigned to a
-// container, over the PodResources API on kubelet's unix socket.
+// Package podresources asks kubelet which devices it assigned to the
+// containers of its pods, over the PodResources API on kubelet's unix socket.
 package podresources
 
 import (
@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -47,59 +45,60 @@ func New(socket string, opts ...Option) (*Client, error) {
 // Close releases the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// DeviceIDs returns the IDs of resource assigned to container ctr of pod
-// namespace/pod. Get is used where kubelet serves it, else List.
-func (c *Client) DeviceIDs(ctx context.Context, namespace, pod, ctr, resource string) ([]string, error) {
-	pr, err := c.get(ctx, namespace, pod)
-	if err != nil {
-		return nil, err
-	}
-	ids := []string{}
-	for _, cr := range pr.GetContainers() {
-		if cr.GetName() != ctr {
-			continue
-		}
-		for _, d := range cr.GetDevices() {
-			if d.GetResourceName() == resource {
-				ids = append(ids, d.GetDeviceIds()...)
-			}
-		}
-	}
-	slices.Sort(ids)
-	return ids, nil
+// Pod is one pod kubelet lists and what it assigned its containers.
+type Pod struct {
+	Namespace, Name string
+	// Containers are those with device IDs or claims; a container absent
+	// here was assigned nothing.
+	Containers []Container
 }
 
-func (c *Client) get(ctx context.Context, namespace, pod string) (*podresv1.PodResources, error) {
+// Container is what kubelet assigned one container: the device-plugin IDs
+// of one resource (sorted) and the DRA claims of one driver.
+type Container struct {
+	Name      string
+	DeviceIDs []string
+	Claims    []Claim
+}
+
+// Container returns what kubelet assigned the pod's container name (the
+// zero Container for nothing).
+func (p Pod) Container(name string) Container {
+	for _, c := range p.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	return Container{}
+}
+
+// List returns every pod kubelet lists, in one List call: Get would answer
+// for one pod, List also for the pods that may hold the same GPU. Kubelets
+// with KubeletPodResourcesListUseActivePods (on by default since 1.34)
+// list only pods that have not terminated.
+func (c *Client) List(ctx context.Context, resource, driver string) ([]Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	res, err := c.api.Get(ctx, &podresv1.GetPodResourcesRequest{PodName: pod, PodNamespace: namespace})
-	var pr *podresv1.PodResources
-	switch {
-	case err == nil:
-		pr = res.GetPodResources()
-	case status.Code(err) == codes.Unimplemented:
-		pr, err = c.list(ctx, namespace, pod)
-		if err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("ask kubelet (%s) for pod %s/%s's devices: %w; check --pod-resources-socket and that kubelet runs", c.socket, namespace, pod, err)
-	}
-	if pr == nil {
-		return nil, fmt.Errorf("kubelet (%s) knows no pod %s/%s", c.socket, namespace, pod)
-	}
-	return pr, nil
-}
-
-func (c *Client) list(ctx context.Context, namespace, pod string) (*podresv1.PodResources, error) {
 	res, err := c.api.List(ctx, &podresv1.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list kubelet's (%s) pod resources: %w; check --pod-resources-socket and that kubelet runs", c.socket, err)
 	}
+	out := make([]Pod, 0, len(res.GetPodResources()))
 	for _, pr := range res.GetPodResources() {
-		if pr.GetNamespace() == namespace && pr.GetName() == pod {
-			return pr, nil
+		p := Pod{Namespace: pr.GetNamespace(), Name: pr.GetName()}
+		for _, cr := range pr.GetContainers() {
+			ctr := Container{Name: cr.GetName(), Claims: claims(cr, driver)}
+			for _, d := range cr.GetDevices() {
+				if d.GetResourceName() == resource {
+					ctr.DeviceIDs = append(ctr.DeviceIDs, d.GetDeviceIds()...)
+				}
+			}
+			if len(ctr.DeviceIDs) > 0 || len(ctr.Claims) > 0 {
+				slices.Sort(ctr.DeviceIDs)
+				p.Containers = append(p.Containers, ctr)
+			}
 		}
+		out = append(out, p)
 	}
-	return nil, nil
+	return out, nil
 }

@@ -2,48 +2,70 @@ package podresources
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
+	"reflect"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
-// listOnly is a kubelet without the Get call (KubeletPodResourcesGet off).
-type listOnly struct {
+// lister is a kubelet serving List: pods, or err.
+type lister struct {
 	podresv1.UnimplementedPodResourcesListerServer
+	pods []*podresv1.PodResources
+	err  error
 }
 
-func (listOnly) List(context.Context, *podresv1.ListPodResourcesRequest) (*podresv1.ListPodResourcesResponse, error) {
-	dev := func(r string, ids ...string) *podresv1.ContainerDevices {
-		return &podresv1.ContainerDevices{ResourceName: r, DeviceIds: ids}
-	}
-	return &podresv1.ListPodResourcesResponse{PodResources: []*podresv1.PodResources{
+func (l lister) List(context.Context, *podresv1.ListPodResourcesRequest) (*podresv1.ListPodResourcesResponse, error) {
+	return &podresv1.ListPodResourcesResponse{PodResources: l.pods}, l.err
+}
+
+func dev(r string, ids ...string) *podresv1.ContainerDevices {
+	return &podresv1.ContainerDevices{ResourceName: r, DeviceIds: ids}
+}
+
+func TestList(t *testing.T) {
+	c := serve(t, lister{pods: []*podresv1.PodResources{
 		{Name: "other", Namespace: "ns", Containers: []*podresv1.ContainerResources{{Name: "main", Devices: []*podresv1.ContainerDevices{dev("nvidia.com/gpu", "GPU-x")}}}},
 		{Name: "pod", Namespace: "ns", Containers: []*podresv1.ContainerResources{
 			{Name: "side", Devices: []*podresv1.ContainerDevices{dev("nvidia.com/gpu", "GPU-y")}},
 			{Name: "main", Devices: []*podresv1.ContainerDevices{dev("nvidia.com/gpu", "GPU-b", "GPU-a"), dev("example.com/nic", "n0")}},
+			{Name: "nic", Devices: []*podresv1.ContainerDevices{dev("example.com/nic", "n1")}},
 		}},
-	}}, nil
+		{Name: "web", Namespace: "ns", Containers: []*podresv1.ContainerResources{{Name: "main"}}},
+	}})
+	got, err := c.List(context.Background(), "nvidia.com/gpu", "gpu.nvinject.io")
+	want := []Pod{
+		{Namespace: "ns", Name: "other", Containers: []Container{{Name: "main", DeviceIDs: []string{"GPU-x"}}}},
+		{Namespace: "ns", Name: "pod", Containers: []Container{{Name: "side", DeviceIDs: []string{"GPU-y"}}, {Name: "main", DeviceIDs: []string{"GPU-a", "GPU-b"}}}},
+		{Namespace: "ns", Name: "web"},
+	}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("List = %+v, %v; want %+v", got, err, want)
+	}
+	if ids := got[1].Container("main").DeviceIDs; !reflect.DeepEqual(ids, []string{"GPU-a", "GPU-b"}) {
+		t.Errorf("Container(main) = %v", ids)
+	}
+	if ctr := got[1].Container("nic"); ctr.DeviceIDs != nil || ctr.Claims != nil {
+		t.Errorf("container with another resource only: %+v", ctr)
+	}
 }
 
-func TestFallsBackToList(t *testing.T) {
-	c := serve(t, listOnly{})
-	got, err := c.DeviceIDs(context.Background(), "ns", "pod", "main", "nvidia.com/gpu")
-	if err != nil || !slices.Equal(got, []string{"GPU-a", "GPU-b"}) {
-		t.Fatalf("got %v, %v", got, err)
-	}
-	if _, err := c.DeviceIDs(context.Background(), "ns", "missing", "main", "nvidia.com/gpu"); err == nil {
-		t.Fatal("a pod kubelet does not know was accepted")
+func TestListFails(t *testing.T) {
+	c := serve(t, lister{err: errors.New("kubelet is restarting")})
+	if _, err := c.List(context.Background(), "nvidia.com/gpu", "gpu.nvinject.io"); err == nil || !strings.Contains(err.Error(), "kubelet is restarting") || !strings.Contains(err.Error(), "--pod-resources-socket") {
+		t.Fatalf("err = %v, want kubelet's error and what to check", err)
 	}
 }
 
-// serve runs kubelet's PodResources API backed by lister on a real unix
+// serve runs kubelet's PodResources API backed by l on a real unix
 // socket and returns a Client connected to it; both end with t.
-func serve(t *testing.T, lister podresv1.PodResourcesListerServer) *Client {
+func serve(t *testing.T, l podresv1.PodResourcesListerServer) *Client {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "podres")
 	if err != nil {
@@ -56,7 +78,7 @@ func serve(t *testing.T, lister podresv1.PodResourcesListerServer) *Client {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	podresv1.RegisterPodResourcesListerServer(srv, lister)
+	podresv1.RegisterPodResourcesListerServer(srv, l)
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
 	c, err := New(sock)

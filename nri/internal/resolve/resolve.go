@@ -312,6 +312,16 @@ type Result struct {
 	Devices []Device
 }
 
+// Device returns the device name resolves to, without applying its edits:
+// a look-up for names another container holds.
+func (r *Resolver) Device(name string) (Device, bool) {
+	d := r.current.Load().devices[name]
+	if d == nil {
+		return Device{}, false
+	}
+	return Device{Name: name, Edits: d.ContainerEdits, Annotations: d.Annotations}, true
+}
+
 // Resolve resolves names; user is the container's process user, which CDI
 // gives device nodes that state no owner.
 func (r *Resolver) Resolve(names []string, user oci.User) (Result, error) {

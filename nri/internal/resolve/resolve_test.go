@@ -170,3 +170,20 @@ func TestMatchesTheCDICache(t *testing.T) {
 		t.Error("the conflict of x1.yaml and x2.yaml is not reported")
 	}
 }
+
+func TestDevice(t *testing.T) {
+	node := nritest.NewNode(t, "sim:a100-80gb*2", false)
+	r, err := New([]string{node.SpecDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	d, ok := r.Device(node.Name(1))
+	want := fmt.Sprintf("NVINJECT_GPU_UUID_%d=%s", node.Devices[1].Minor, node.Devices[1].UUID)
+	if !ok || d.Name != node.Name(1) || !slices.Contains(d.Edits.Env, want) {
+		t.Fatalf("Device = %+v, %v; want its own edits with %s", d, ok, want)
+	}
+	if _, ok := r.Device("nvidia.com/gpu=GPU-none"); ok {
+		t.Error("a name no spec defines was found")
+	}
+}
