@@ -39,10 +39,10 @@ var Checks = []Check{
 		DRAEval:    checkDRARegistration},
 	{Layer: LayerHealth, Symptom: "capacity 1 but allocatable 0",
 		Seed:       "Capacity 为 1，Allocatable 为 0 → 插件报告的设备不再健康，检查 ListAndWatch",
-		Reads:      "Node capacity vs allocatable, the plugin's device_healthy and health_events metrics, whether the plugin's pod runs",
+		Reads:      "Node capacity vs allocatable, the plugin's device_healthy, health_events and gpu_held metrics, whether the plugin's pod runs",
 		Eval:       checkHealth,
 		DRASymptom: "the GPU is published but tainted, or a pod's device Unhealthy",
-		DRAReads:   "ResourceSlice device taints (" + contract.DRATaintKey + "), nvinject-dra's device_healthy, health_events and health_streams metrics, pods' status.containerStatuses[].allocatedResourcesStatus (KEP-4680)",
+		DRAReads:   "ResourceSlice device taints (" + contract.DRATaintKey + ", " + contract.DRAHeldTaintKey + "), nvinject-dra's device_healthy, health_events and health_streams metrics, pods' status.containerStatuses[].allocatedResourcesStatus (KEP-4680)",
 		DRAEval:    checkDRAHealth},
 	{Layer: LayerScheduling, Symptom: "pod Pending with Insufficient nvidia.com/gpu",
 		Seed:       "Pod 一直 Pending 且 `Insufficient nvidia.com/gpu` → Scheduler 资源账本与现有 GPU Pod",
@@ -140,6 +140,12 @@ const (
 	fixApp        = "the device is in the container but CUDA cannot use it: compare the driver version (nvidia-smi) with the CUDA the image needs, check vLLM's arguments (--gpu-memory-utilization, --max-model-len, model) and read the pod's log"
 )
 
+// The device plugin's withheld GPUs (deviceplugin/README.md).
+const (
+	fixPodResources = "nvinject-device-plugin cannot read kubelet's PodResources, so it withholds every GPU (fail closed): mount kubelet's pod-resources dir (/var/lib/kubelet/pod-resources, as deploy/ does) into its pod and point --pod-resources-socket at the kubelet.sock there; the error is in " + pluginLogs
+	fixDRAHeldPod   = "a pod holds the GPU through a DRA claim (the node moved back to the device plugin while it ran, or both paths run): the plugin publishes it Healthy once that pod ends; delete or drain that pod, or finish the move the other way (label the node " + contract.DRAModeLabel + "=" + contract.DRAModeDRA + " again) until it ends"
+)
+
 func num(p *float64) string {
 	if p == nil {
 		return "absent"
@@ -191,6 +197,8 @@ func registrationCauses(e Evidence, f *finding) {
 	switch {
 	case k.Unread == "" && !k.KubeletSocket:
 		f.problem(fixKubelet, "no kubelet.sock in %s: kubelet is not running or uses another root dir", k.Dir)
+	case d.known() && !d.running() && podResourcesDown(p):
+		f.problem(fixPodResources, "nvinject-device-plugin on %s is not ready: it cannot read kubelet's PodResources (%s holder=%s): %s", e.Node, MetricGPUHeld, contract.HeldUnknown, d.describe())
 	case d.known() && !d.running() && (d.Pod != "" || p.Unread != ""):
 		f.problem(daemonFix(d), "nvinject-device-plugin is not running on %s: %s", e.Node, d.describe())
 	case k.Unread == "" && len(k.PluginSockets) == 0:
@@ -241,6 +249,23 @@ func unhealthy(p PluginEvidence) []DeviceHealth {
 	return out
 }
 
+// podResourcesDown says whether the plugin withholds every GPU because it
+// cannot read kubelet's PodResources.
+func podResourcesDown(p PluginEvidence) bool {
+	return slices.ContainsFunc(p.Held, func(h HeldGPU) bool { return h.Holder == contract.HeldUnknown })
+}
+
+// heldByDRA are the plugin's GPUs that DRA claims' pods hold.
+func heldByDRA(p PluginEvidence) []HeldGPU {
+	var out []HeldGPU
+	for _, h := range p.Held {
+		if h.Holder == contract.HeldByDRAClaim {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 func checkHealth(e Evidence) Verdict {
 	var f finding
 	bad := unhealthy(e.Plugin)
@@ -252,6 +277,14 @@ func checkHealth(e Evidence) Verdict {
 	for _, d := range bad {
 		f.problem(fixRecover, "device %s is Unhealthy%s", d.UUID, eventsNote(e.Plugin.HealthEvents))
 	}
+	// Withheld GPUs are published Unhealthy though NVML finds them healthy.
+	down, byDRA := podResourcesDown(e.Plugin), heldByDRA(e.Plugin)
+	if down {
+		f.problem(fixPodResources, "nvinject-device-plugin publishes every GPU Unhealthy because it cannot read kubelet's PodResources (%s holder=%s), not for the GPUs' health", MetricGPUHeld, contract.HeldUnknown)
+	}
+	for _, h := range byDRA {
+		f.problem(fixDRAHeldPod, "device %s is published Unhealthy because pod %s holds it through DRA claim %s, not for its health", h.UUID, h.Pod, h.Claim)
+	}
 	n := e.NodeStatus
 	switch {
 	case n.Unread != "":
@@ -261,6 +294,8 @@ func checkHealth(e Evidence) Verdict {
 		}
 	case !n.Published || n.Capacity == 0:
 		f.missing = append(f.missing, fmt.Sprintf("Node %s publishes no %s, so there is no health to judge (see the registration layer)", e.Node, e.Resource))
+	case n.Allocatable < n.Capacity && len(bad) == 0 && (down || len(byDRA) > 0):
+		f.fact("Node %s capacity %s=%d allocatable=%d: the withheld device(s) above", e.Node, e.Resource, n.Capacity, n.Allocatable)
 	case n.Allocatable < n.Capacity && len(bad) == 0 && e.PluginPod.known() && !e.PluginPod.running():
 		f.problem(daemonFix(e.PluginPod), "Node %s capacity %s=%d but allocatable=%d because nvinject-device-plugin stopped (%s): kubelet keeps a gone plugin's capacity and counts its devices unavailable; no GPU health event is involved", e.Node, e.Resource, n.Capacity, n.Allocatable, e.PluginPod.describe())
 	case n.Allocatable < n.Capacity:
@@ -308,6 +343,10 @@ func checkScheduling(e Evidence) Verdict {
 		alloc = strconv.FormatInt(e.NodeStatus.Allocatable, 10)
 	}
 	f.fact("ledger on %s: %d %s requested by bound pods of %s allocatable; holders: %s", e.Node, held, e.Resource, alloc, orNone(holders))
+	byDRA := heldByDRA(e.Plugin)
+	if len(byDRA) > 0 {
+		f.fact("held through DRA, so not allocatable: %s", orNone(draHolders(byDRA)))
+	}
 	insufficient := "Insufficient " + e.Resource
 	for _, p := range l.Pending {
 		if !strings.Contains(p.Message, insufficient) {
@@ -315,6 +354,10 @@ func checkScheduling(e Evidence) Verdict {
 		}
 		fix := "the node's ledger has room; the pod is steered elsewhere (nodeSelector, affinity, taints) or the message is stale: kubectl describe pod " + p.Name
 		switch {
+		case podResourcesDown(e.Plugin):
+			fix = fixPodResources
+		case len(byDRA) > 0 && e.NodeStatus.Unread == "" && held >= e.NodeStatus.Allocatable:
+			fix = "the free GPU is held through DRA by " + orNone(draHolders(byDRA)) + ": " + fixDRAHeldPod
 		case e.NodeStatus.Unread == "":
 			if e.NodeStatus.Allocatable == 0 {
 				fix = "the node has no allocatable GPU: fix the registration or health layer first"
@@ -327,6 +370,15 @@ func checkScheduling(e Evidence) Verdict {
 		f.problem(fix, "pod %s Pending: %s", p.PodRef, p.Message)
 	}
 	return f.verdict("")
+}
+
+// draHolders names each withheld GPU's pod and claim.
+func draHolders(hs []HeldGPU) []string {
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = fmt.Sprintf("pod %s (claim %s, %s)", h.Pod, h.Claim, h.UUID)
+	}
+	return out
 }
 
 func orNone(s []string) string {

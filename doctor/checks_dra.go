@@ -20,6 +20,7 @@ const (
 	fixDRAStream   = "kubelet's health stream from nvinject-dra lapsed, so device health is Unknown: check nvinject-dra runs (" + draLogs + ") and its metric " + contract.MetricDRAHealthStreams + " is 1"
 	fixDRAPrepare  = "kubelet's NodePrepareResources call to nvinject-dra failed; the message names the claim: read " + draLogs + ", correct what it says (missing CDI spec, unknown device), then delete the pod so its controller recreates it"
 	fixDRAEndpoint = "kubelet's device manager has no endpoint for the extended resource any more (Kubernetes 1.37 after a switch from the device plugin, deviceplugin/DRA.md): run nvinject-dra with --hold-resource-endpoint (the default) and its --kubelet-dir mounted, then delete the pod"
+	fixDRAPodRes   = "nvinject-dra cannot read kubelet's PodResources, so it cannot tell which GPUs device-plugin pods hold and taints every GPU " + contract.DRAHeldTaintKey + "=" + contract.DRAHeldTaintUnknown + " (fail closed): mount kubelet's pod-resources dir (/var/lib/kubelet/pod-resources, as deploy/ does) into its pod and point --pod-resources-socket at the kubelet.sock there; the error is in " + draLogs
 	fixDRAStale    = "the claim holds a device the node's ResourceSlice no longer has (GPU deselected or node switched): delete the pod (and its claim) so the scheduler allocates a published device"
 )
 
@@ -86,6 +87,14 @@ func checkDRARegistration(e Evidence) Verdict {
 	return f.verdict("give the doctor the cluster (--kubeconfig, --node-name) and nvinject-dra's metrics (--dra-metrics)")
 }
 
+// heldUnknown says whether held taints t say nvinject-dra cannot tell the
+// holders.
+func heldUnknown(t []string) bool {
+	return slices.ContainsFunc(t, func(s string) bool {
+		return strings.HasPrefix(s, contract.DRAHeldTaintKey+"="+contract.DRAHeldTaintUnknown+":")
+	})
+}
+
 func sliceDevices(ds []SliceDevice) []string {
 	out := make([]string, 0, len(ds))
 	for _, d := range ds {
@@ -107,7 +116,9 @@ func checkDRAHealth(e Evidence) Verdict {
 			bad[d.UUID] = true
 			f.problem(fixDRARecover, "device %s (%s) is tainted %s: new claims avoid it%s", d.ID(), d.UUID, strings.Join(t, ","), eventsNote(m.HealthEvents))
 		}
-		if t := d.taints(contract.DRAHeldTaintKey); len(t) > 0 {
+		if t := d.taints(contract.DRAHeldTaintKey); heldUnknown(t) {
+			f.problem(fixDRAPodRes, "device %s (%s) is tainted %s: %s cannot read kubelet's PodResources, so no claim gets it", d.ID(), d.UUID, strings.Join(t, ","), contract.DRAApp)
+		} else if len(t) > 0 {
 			f.fact("device %s (%s) is tainted %s: a pod given it by the device plugin before the node moved to DRA still runs; new claims get it once that pod ends", d.ID(), d.UUID, strings.Join(t, ","))
 		}
 	}
@@ -165,18 +176,20 @@ func checkDRAScheduling(e Evidence) Verdict {
 			holders = append(holders, fmt.Sprintf("%s (%s, reserved for %s)", c, d.ID(), orNone(c.ReservedFor)))
 		}
 	}
-	free, tainted, dpHeld := 0, 0, 0
+	free, tainted, dpHeld, unknown := 0, 0, 0, 0
 	for _, d := range s.Devices {
 		switch {
 		case len(d.taints(contract.DRATaintKey)) > 0:
 			tainted++
+		case heldUnknown(d.taints(contract.DRAHeldTaintKey)):
+			unknown++
 		case len(d.taints(contract.DRAHeldTaintKey)) > 0:
 			dpHeld++
 		case !held[d.ID()]:
 			free++
 		}
 	}
-	f.fact("ledger on %s: %d of %d published device(s) allocated, %d tainted Unhealthy, %d held by device-plugin pods, %d free; claims: %s", e.Node, len(held), len(s.Devices), tainted, dpHeld, free, orNone(holders))
+	f.fact("ledger on %s: %d of %d published device(s) allocated, %d tainted Unhealthy, %d held by device-plugin pods, %d with holders unknown, %d free; claims: %s", e.Node, len(held), len(s.Devices), tainted, dpHeld, unknown, free, orNone(holders))
 	for _, p := range l.Pending {
 		if !strings.Contains(p.Message, "Insufficient "+e.Resource) && !slices.ContainsFunc(draPending, func(m string) bool { return strings.Contains(p.Message, m) }) {
 			continue
@@ -187,6 +200,8 @@ func checkDRAScheduling(e Evidence) Verdict {
 			fix = "the node publishes no device: fix the registration layer first"
 		case strings.Contains(p.Message, "device class"):
 			fix = fixDRAClass
+		case s.Unread == "" && free == 0 && unknown > 0:
+			fix = fixDRAPodRes
 		case s.Unread == "" && free == 0 && dpHeld > 0:
 			fix = "a pod given the GPU by the device plugin before the node moved to DRA still holds it (taint " + contract.DRAHeldTaintKey + "): the pod gets it once that pod ends; delete that pod (its node's GPU pods: kubectl get pods -A --field-selector spec.nodeName=" + e.Node + ") to move it now"
 		case s.Unread == "" && free == 0 && tainted > 0 && len(held) < len(s.Devices):

@@ -66,6 +66,10 @@ func TestEvaluate(t *testing.T) {
 			e.NodeStatus = NodeEvidence{Unread: unread}
 			e.Plugin.Registrations = f64(0)
 		}, Broken, "never registered", "logs"},
+		{"plugin not ready: PodResources unreadable", LayerRegistration, func(e *Evidence) {
+			e.PluginPod = DaemonEvidence{App: "single-gpu-device-plugin", Namespace: "nvidia-device-plugin", Pod: "dp-1", Phase: "Running", Ready: false}
+			e.Plugin.Held = []HeldGPU{{UUID: uuid, Holder: "unknown"}}
+		}, Broken, "is not ready: it cannot read kubelet's PodResources", "--pod-resources-socket"},
 		{"plugin side fine without API", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{Unread: unread} }, Unknown, unread, "--kubeconfig"},
 
 		{"health ok", LayerHealth, nil, OK, "allocatable=1", ""},
@@ -85,6 +89,15 @@ func TestEvaluate(t *testing.T) {
 			e.Plugin = PluginEvidence{Unread: "refused"}
 		}, Unknown, unread, "--device-plugin-metrics"},
 		{"no capacity", LayerHealth, func(e *Evidence) { e.NodeStatus = NodeEvidence{} }, Unknown, "registration layer", ""},
+		{"GPU held by a DRA pod, not an Xid", LayerHealth, func(e *Evidence) {
+			e.NodeStatus.Allocatable = 0
+			e.Plugin.Held = []HeldGPU{{UUID: uuid, Holder: "dra-claim", Pod: "default/vllm-dra", Claim: "default/vllm-dra-gpu-x7"}}
+		}, Broken, "device " + uuid + " is published Unhealthy because pod default/vllm-dra holds it through DRA claim default/vllm-dra-gpu-x7, not for its health", "delete or drain that pod"},
+		{"plugin cannot read PodResources", LayerHealth, func(e *Evidence) {
+			e.NodeStatus.Allocatable = 0
+			e.PluginPod = DaemonEvidence{App: "single-gpu-device-plugin", Namespace: "nvidia-device-plugin", Pod: "dp-1", Phase: "Running", Ready: false}
+			e.Plugin.Held = []HeldGPU{{UUID: uuid, Holder: "unknown"}}
+		}, Broken, "cannot read kubelet's PodResources", "mount kubelet's pod-resources dir"},
 
 		{"scheduling ok", LayerScheduling, nil, OK, "vllm-demo-1", ""},
 		{"GPU taken", LayerScheduling, func(e *Evidence) {
@@ -94,6 +107,11 @@ func TestEvaluate(t *testing.T) {
 			e.NodeStatus.Allocatable = 0
 			e.Ledger = LedgerEvidence{Pending: []PodMessage{{PodRef: pod("default", "p"), Message: "1 Insufficient nvidia.com/gpu"}}}
 		}, Broken, "Insufficient", "registration or health"},
+		{"GPU held by a DRA pod", LayerScheduling, func(e *Evidence) {
+			e.NodeStatus.Allocatable = 0
+			e.Ledger = LedgerEvidence{Pending: []PodMessage{{PodRef: pod("default", "p"), Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}}}
+			e.Plugin.Held = []HeldGPU{{UUID: uuid, Holder: "dra-claim", Pod: "default/vllm-dra", Claim: "default/vllm-dra-gpu-x7"}}
+		}, Broken, "held through DRA, so not allocatable: pod default/vllm-dra (claim default/vllm-dra-gpu-x7", "the free GPU is held through DRA by pod default/vllm-dra"},
 		{"pending for another reason", LayerScheduling, func(e *Evidence) {
 			e.Ledger.Pending = []PodMessage{{PodRef: pod("default", "p"), Message: "0/1 nodes are available: 1 node(s) had untolerated taint"}}
 		}, OK, "1 nvidia.com/gpu requested", ""},

@@ -76,7 +76,20 @@ func collectPlugin(ctx context.Context, o Options, pod DaemonEvidence) PluginEvi
 	ev.AllocateErrors = orZero(f.SumWhere(MetricAllocations, "result", "refused"))
 	ev.HealthEvents = healthEvents(f, MetricHealthEvents)
 	ev.Devices = deviceHealth(f, MetricDeviceHealthy)
+	ev.Held = heldGPUs(f)
 	return ev
+}
+
+// heldGPUs reads the device plugin's withheld GPUs.
+func heldGPUs(f promtext.Families) []HeldGPU {
+	var out []HeldGPU
+	for _, s := range f[MetricGPUHeld] {
+		if s.Value == 1 {
+			out = append(out, HeldGPU{UUID: s.Labels["uuid"], Holder: s.Labels["holder"], Pod: s.Labels["pod"], Claim: s.Labels["claim"]})
+		}
+	}
+	slices.SortFunc(out, func(a, b HeldGPU) int { return strings.Compare(a.UUID+a.Pod+a.Claim, b.UUID+b.Pod+b.Claim) })
+	return out
 }
 
 // healthEvents are the health events a daemon counted that its policy did

@@ -105,7 +105,7 @@ func TestRunDRA(t *testing.T) {
 			evidence: map[Layer]string{
 				LayerRegistration: "DeviceClass gpu.nvinject.io serves extended resource nvidia.com/gpu",
 				LayerHealth:       "default/vllm-demo-1[vllm]: claim:container-0-request-0 nvidia.com/gpu=" + uuid + " Healthy",
-				LayerScheduling:   "1 of 1 published device(s) allocated, 0 tainted Unhealthy, 0 held by device-plugin pods, 0 free",
+				LayerScheduling:   "1 of 1 published device(s) allocated, 0 tainted Unhealthy, 0 held by device-plugin pods, 0 with holders unknown, 0 free",
 				LayerAllocate:     "claim default/" + claimName + " (the scheduler's claim for nvidia.com/gpu (KEP-5004)) allocated by the scheduler: request container-0-request-0 → gpu.nvinject.io/" + nodeName + "/gpu-0 " + uuid + ", reserved for default/vllm-demo-1",
 				LayerCDIRuntime:   "1 of the 1 CDI names pods need resolve",
 				LayerApplication:  "default/vllm-demo-1[vllm] running and ready"}},
@@ -161,8 +161,18 @@ func TestRunDRA(t *testing.T) {
 		},
 			want: map[Layer]Status{LayerHealth: OK, LayerScheduling: Broken},
 			evidence: map[Layer]string{LayerHealth: "is tainted gpu.nvinject.io/device-plugin-pod=running:NoSchedule: a pod given it by the device plugin",
-				LayerScheduling: "0 of 1 published device(s) allocated, 0 tainted Unhealthy, 1 held by device-plugin pods, 0 free"},
+				LayerScheduling: "0 of 1 published device(s) allocated, 0 tainted Unhealthy, 1 held by device-plugin pods, 0 with holders unknown, 0 free"},
 			fix: map[Layer]string{LayerScheduling: "still holds it (taint gpu.nvinject.io/device-plugin-pod)"}},
+		{name: "nvinject-dra cannot read PodResources", change: func(w *draWorld) {
+			w.slice.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: contract.DRAHeldTaintKey, Value: contract.DRAHeldTaintUnknown, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+			w.claim = nil
+			w.pod.Status.ExtendedResourceClaimStatus = nil
+			w.extra = append(w.extra, pending)
+		},
+			want: map[Layer]Status{LayerHealth: Broken, LayerScheduling: Broken},
+			evidence: map[Layer]string{LayerHealth: "is tainted gpu.nvinject.io/device-plugin-pod=unknown:NoSchedule: nvinject-dra cannot read kubelet's PodResources",
+				LayerScheduling: "0 held by device-plugin pods, 1 with holders unknown, 0 free"},
+			fix: map[Layer]string{LayerHealth: "mount kubelet's pod-resources dir", LayerScheduling: "--pod-resources-socket"}},
 		{name: "pod's device health Unknown", change: func(w *draWorld) {
 			w.pod.Status.ContainerStatuses[0].AllocatedResourcesStatus[0].Resources[0].Health = corev1.ResourceHealthStatusUnknown
 		}, metrics: strings.Replace(draText, "health_streams 1", "health_streams 0", 1),

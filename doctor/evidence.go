@@ -73,6 +73,19 @@ type PluginEvidence struct {
 	// ("xid 79", "gpu-lost"); the plugin counts them per node, not per GPU.
 	HealthEvents   []string `json:"healthEvents,omitempty"`
 	AllocateErrors *float64 `json:"allocateErrors,omitempty"`
+	// Held are the GPUs the plugin publishes Unhealthy because another path
+	// holds them, not for their health (contract.MetricGPUHeld).
+	Held []HeldGPU `json:"heldGpus,omitempty"`
+}
+
+// HeldGPU is one GPU the device plugin withholds: Holder is
+// contract.HeldByDRAClaim (Pod and Claim name it) or contract.HeldUnknown
+// (the plugin cannot read kubelet's PodResources).
+type HeldGPU struct {
+	UUID   string `json:"uuid"`
+	Holder string `json:"holder"`
+	Pod    string `json:"pod,omitempty"`
+	Claim  string `json:"claim,omitempty"`
 }
 
 // NodeEvidence is the Node's published amount of the GPU resource.

@@ -17,6 +17,7 @@ const (
 	MetricDeviceHealthy = contract.MetricDeviceHealthy
 	MetricHealthEvents  = contract.MetricHealthEvents
 	MetricAllocations   = contract.MetricAllocations
+	MetricGPUHeld       = contract.MetricGPUHeld
 	MetricNRIConnected  = contract.MetricNRIConnected
 	MetricNRIRefusals   = contract.MetricNRIRefusals
 )

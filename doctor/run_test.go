@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -220,5 +222,21 @@ func TestDaemonMetricsFoundFromPod(t *testing.T) {
 	d = collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, "other-node", contract.NRIMetricsPort)
 	if d.Pod != "" || d.running() || !strings.Contains(d.describe(), "no nvinject-nri pod") {
 		t.Errorf("a pod on another node was taken: %+v", d)
+	}
+}
+
+// TestHeldGPUsFromMetrics: the device plugin's gpu_held series become
+// HeldGPU evidence; a series at 0 is not a holder.
+func TestHeldGPUsFromMetrics(t *testing.T) {
+	f, err := promtext.Parse(strings.NewReader(`nvinject_device_plugin_gpu_held{uuid="GPU-b",holder="dra-claim",pod="default/vllm",claim="default/vllm-gpu"} 1
+nvinject_device_plugin_gpu_held{uuid="GPU-a",holder="unknown",pod="",claim=""} 1
+nvinject_device_plugin_gpu_held{uuid="GPU-c",holder="dra-claim",pod="default/old",claim="default/old-gpu"} 0
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []HeldGPU{{UUID: "GPU-a", Holder: contract.HeldUnknown}, {UUID: "GPU-b", Holder: contract.HeldByDRAClaim, Pod: "default/vllm", Claim: "default/vllm-gpu"}}
+	if got := heldGPUs(f); !slices.Equal(got, want) {
+		t.Errorf("heldGPUs = %+v, want %+v", got, want)
 	}
 }

@@ -302,6 +302,7 @@ func TestHostPaths(t *testing.T) {
 				{b.driverRoot, driverType, "/driver-root", true, corev1.MountPropagationHostToContainer},
 				{"/var/lib/nvinject/bin", corev1.HostPathDirectoryOrCreate, "/var/lib/nvinject/bin", true, ""},
 				{"/var/lib/nvinject/device-plugin", corev1.HostPathDirectoryOrCreate, "/var/lib/nvinject/device-plugin", false, ""},
+				{"/var/lib/kubelet/pod-resources", corev1.HostPathDirectory, "/var/lib/kubelet/pod-resources", true, ""},
 			},
 			nri: {
 				{"/var/run/nri", corev1.HostPathDirectory, "/var/run/nri", false, ""},
@@ -349,7 +350,7 @@ func TestArgs(t *testing.T) {
 		dp := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Args
 		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins",
 			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481",
-			"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook"}
+			"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"}
 		if !slices.Equal(dp, wantDP) {
 			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
 		}

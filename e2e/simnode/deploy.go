@@ -98,6 +98,8 @@ patches:
                 hostPath: {path: %s, type: DirectoryOrCreate}
               - name: state
                 hostPath: {path: %s, type: DirectoryOrCreate}
+              - name: pod-resources
+                hostPath: {path: %s, type: Directory}
   - patch: |-
       apiVersion: apps/v1
       kind: DaemonSet
@@ -118,7 +120,7 @@ patches:
       metadata: {name: %s, namespace: %s}
       data: {selected-gpu-uuid: %s}
 `, d.node.Name(), d.node.RunDir(), base,
-		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(),
+		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(), d.node.PodResourcesDir(),
 		NRIPlugin, Namespace, filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
 		DevicePlugin, Namespace, dep.UUID)
 	if dep.NVML != DefaultNVML {

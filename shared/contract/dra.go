@@ -1,5 +1,7 @@
 package contract
 
+import "strconv"
+
 // DRA facts: the driver's socket layout, the ResourceSlice's device naming,
 // attributes and taint, and the DRA driver's metrics. DRADriver (the driver
 // and DeviceClass name) is in contract.go.
@@ -24,7 +26,14 @@ const (
 	// DRA under it), so no claim hands the GPU out a second time.
 	DRAHeldTaintKey   = "gpu.nvinject.io/device-plugin-pod"
 	DRAHeldTaintValue = "running"
+	// DRAHeldTaintUnknown is that taint's value on every device while the
+	// driver cannot read kubelet's PodResources: it cannot tell which GPUs
+	// device-plugin pods hold, so it offers none (fail closed).
+	DRAHeldTaintUnknown = "unknown"
 )
+
+// DRADeviceName is the ResourceSlice device name of the GPU with NVML index i.
+func DRADeviceName(i int) string { return DRADevicePrefix + strconv.Itoa(i) }
 
 // Device attribute and capacity names in the driver's domain (DRADriver).
 const (

@@ -13,3 +13,14 @@ const (
 	MetricNRIConnected   = "nvinject_nri_connected"
 	MetricNRIRunningGPUs = "nvinject_nri_running_gpu_containers"
 )
+
+// MetricGPUHeld is 1 per GPU the device plugin publishes Unhealthy because
+// another path holds it: label holder is HeldByDRAClaim (with pod and
+// claim) or HeldUnknown (PodResources unreadable: every GPU).
+const MetricGPUHeld = "nvinject_device_plugin_gpu_held"
+
+// Values of MetricGPUHeld's holder label.
+const (
+	HeldByDRAClaim = "dra-claim"
+	HeldUnknown    = "unknown"
+)

@@ -102,9 +102,10 @@ func TestBinaryOnSimulatedEightGPUNode(t *testing.T) {
 	simtest.DriverRoot(t, nvml, filepath.Join(dir, "sim"))
 	root := filepath.Join(dir, "sim", "driver-root")
 	k := kubelettest.Start(t, dir)
+	pr := kubelettest.StartPodResources(t, filepath.Join(dir, "pr.sock"))
 	selected := sim.UUID("a100-80gb", 6)
 	addr := freeAddr(t)
-	p := launch(t, []string{"NVIDIA_VISIBLE_DEVICES=" + selected, "MIG_STRATEGY=none", "DEVICE_LIST_STRATEGY=cdi-annotations,cdi-cri", "DEVICE_ID_STRATEGY=uuid"},
+	p := launch(t, []string{"NVIDIA_VISIBLE_DEVICES=" + selected, "MIG_STRATEGY=none", "DEVICE_LIST_STRATEGY=cdi-annotations,cdi-cri", "DEVICE_ID_STRATEGY=uuid", "NVINJECT_POD_RESOURCES_SOCKET=" + pr.Socket},
 		"--nvml="+nvml, "--kubelet-dir="+dir, "--cdi-spec-dir="+filepath.Join(dir, "cdi"), "--driver-root="+root, "--metrics-addr="+addr)
 	req := k.WaitRegister(t, 20*time.Second)
 	client := kubelettest.Dial(t, dir, req.Endpoint)

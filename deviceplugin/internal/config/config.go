@@ -6,6 +6,7 @@ package config
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -70,8 +71,11 @@ type Config struct {
 	IgnoredXids      []uint64
 	QuietPeriod      time.Duration
 	OnNVMLError      string
-	LogFormat        string
-	LogLevel         string
+	// PodResourcesSocket is kubelet's PodResources socket, from which the
+	// GPUs DRA claims hold are read; empty disables it.
+	PodResourcesSocket string
+	LogFormat          string
+	LogLevel           string
 }
 
 // KubeletSocket is the kubelet's registration socket.
@@ -94,6 +98,7 @@ func (c Config) Attrs() []any {
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
 		"metrics_addr", c.MetricsAddr, "ignored_xids", strings.Join(xids, ","),
 		"health_quiet_period", c.QuietPeriod.String(), "on_nvml_error", c.OnNVMLError,
+		"pod_resources_socket", c.PodResourcesSocket,
 	}
 }
 
@@ -128,6 +133,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&xids, "ignored-xids", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
 	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
 	fs.StringVar(&c.OnNVMLError, "on-nvml-error", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")
+	PodResourcesSocketFlag(fs, &c.PodResourcesSocket)
 	logFlags.Register(fs, logging.JSON)
 	// The seed's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("device-list-strategy", "DEVICE_LIST_STRATEGY")
@@ -190,6 +196,9 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	if err := ValidateHookBinary(c.HookBinary); err != nil {
 		errs = append(errs, err)
 	}
+	if err := ValidatePodResourcesSocket(c.PodResourcesSocket); err != nil {
+		errs = append(errs, err)
+	}
 	if c.CDISpecDir == "" {
 		errs = append(errs, errors.New("--cdi-spec-dir is empty; give the directory containerd reads CDI specs from (/var/run/cdi)"))
 	}
@@ -243,6 +252,23 @@ const HookBinaryUsage = "host path of the CDI hook program (nvinject-cdi-hook, o
 func ValidateHookBinary(p string) error {
 	if p != "" && !filepath.IsAbs(p) {
 		return fmt.Errorf("--hook-binary=%q is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", p)
+	}
+	return nil
+}
+
+// DefaultPodResourcesSocket is kubelet's PodResources socket.
+const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// PodResourcesSocketFlag declares --pod-resources-socket, the same for both
+// daemons: each reads there which GPUs the other path's pods hold.
+func PodResourcesSocketFlag(fs *flag.FlagSet, p *string) {
+	fs.StringVar(p, "pod-resources-socket", DefaultPodResourcesSocket, "kubelet's PodResources socket, polled every second: a GPU that a pod got through the other path (device plugin or DRA) is not handed out until that pod ends, and while the socket cannot be read no GPU is (fail closed); empty disables, leaving GPUs the other path holds unprotected")
+}
+
+// ValidatePodResourcesSocket checks --pod-resources-socket is empty or absolute.
+func ValidatePodResourcesSocket(p string) error {
+	if p != "" && !filepath.IsAbs(p) {
+		return fmt.Errorf("--pod-resources-socket=%s is not an absolute path; give kubelet's socket (%s), or empty to disable", contract.Quote(p), DefaultPodResourcesSocket)
 	}
 	return nil
 }

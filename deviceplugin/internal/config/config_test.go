@@ -77,6 +77,7 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 		{args: []string{"--kubelet-dir=/" + strings.Repeat("d", 120)}, want: "unix sockets allow 107"},
 		{args: []string{"extra"}, want: "unexpected arguments"},
 		{args: []string{"--hook-binary=bin/nvinject-cdi-hook"}, want: `--hook-binary="bin/nvinject-cdi-hook" is not an absolute path`},
+		{env: map[string]string{"NVINJECT_POD_RESOURCES_SOCKET": "kubelet.sock"}, want: `--pod-resources-socket="kubelet.sock" is not an absolute path`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -85,6 +86,25 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 				t.Fatalf("Load(%v, %v) error = %v; want it to contain %s", tt.args, tt.env, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestPodResourcesSocket: on by default at kubelet's socket, set by flag or
+// NVINJECT_POD_RESOURCES_SOCKET, off only when given empty.
+func TestPodResourcesSocket(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{want: "/var/lib/kubelet/pod-resources/kubelet.sock"},
+		{env: map[string]string{"NVINJECT_POD_RESOURCES_SOCKET": "/k/pr.sock"}, want: "/k/pr.sock"},
+		{args: []string{"--pod-resources-socket="}, env: map[string]string{"NVINJECT_POD_RESOURCES_SOCKET": "/k/pr.sock"}, want: ""},
+	} {
+		c, err := Load(tt.args, env(tt.env), io.Discard, io.Discard)
+		if err != nil || c.PodResourcesSocket != tt.want {
+			t.Errorf("Load(%v, %v): socket %q, %v; want %q", tt.args, tt.env, c.PodResourcesSocket, err, tt.want)
+		}
 	}
 }
 

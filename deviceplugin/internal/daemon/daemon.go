@@ -1,6 +1,7 @@
 // Package daemon wires the device plugin together: NVML (real or
-// simulated), GPU selection, the CDI spec, health, the DevicePlugin service,
-// kubelet registration and the metrics/health endpoints.
+// simulated), GPU selection, the CDI spec, health, the GPUs DRA claims hold
+// (kubelet's PodResources), the DevicePlugin service, kubelet registration
+// and the metrics/health endpoints.
 package daemon
 
 import (
@@ -24,7 +25,10 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
 	"github.com/nvinject/nvinject/deviceplugin/internal/metrics"
 	"github.com/nvinject/nvinject/deviceplugin/internal/plugin"
+	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
 	"github.com/nvinject/nvinject/deviceplugin/internal/simdebug"
+	"github.com/nvinject/nvinject/deviceplugin/internal/withheld"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
@@ -42,6 +46,7 @@ type Daemon struct {
 	nvmlRetry    time.Duration
 
 	ready   *httpserve.Readiness
+	held    atomic.Pointer[withheld.Set]
 	tracker atomic.Pointer[health.Tracker]
 	sim     atomic.Pointer[backend.Backend]
 }
@@ -77,8 +82,19 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 	return d
 }
 
-// Ready is nil once the plugin is registered with kubelet, else why not.
-func (d *Daemon) Ready() error { return d.ready.Ready() }
+// Ready is nil once the plugin is registered with kubelet and can tell
+// which GPUs DRA claims hold, else why not.
+func (d *Daemon) Ready() error {
+	if err := d.ready.Ready(); err != nil {
+		return err
+	}
+	if h := d.held.Load(); h != nil {
+		if err := h.Err(); err != nil {
+			return fmt.Errorf("every GPU withheld (published Unhealthy): %w", err)
+		}
+	}
+	return nil
+}
 
 // Run runs until ctx ends. It returns an error when the plugin cannot
 // start: bad GPU selection, CDI spec failure, NVML missing with
@@ -118,8 +134,9 @@ func (d *Daemon) serveNVML(ctx context.Context, m *metrics.Metrics) error {
 }
 
 // publish discovers the GPUs, writes their CDI spec, and runs health
-// tracking, operator recovery and kubelet registration until ctx ends or
-// one of them fails; it returns after all three did.
+// tracking, operator recovery, the PodResources poll and kubelet
+// registration until ctx ends or one of them fails; it returns after all
+// of them did.
 func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Metrics) error {
 	node, err := b.Discover(ctx)
 	if err != nil {
@@ -187,7 +204,22 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 	tracker := health.New(uuidsOf(published), opts...)
 	d.tracker.Store(tracker)
 
-	svc := plugin.New(table, tracker, resp, m, d.log)
+	var (
+		svcOpts []plugin.Option
+		held    *withheld.Set
+		watcher *podheld.Watcher
+	)
+	if d.cfg.PodResourcesSocket != "" {
+		if watcher, err = podheld.Dial(d.cfg.PodResourcesSocket, podheld.DRAClaims(contract.DRADriver), published); err != nil {
+			return err
+		}
+		held = withheld.New(uuidsOf(published), withheld.WithLogger(d.log), withheld.WithOnChange(m.SetHeld))
+		d.held.Store(held)
+		svcOpts = append(svcOpts, plugin.WithWithheld(held))
+	} else {
+		d.log.Warn("--pod-resources-socket is empty: GPUs held by DRA pods are not protected; a device-plugin pod may get a GPU a DRA claim still uses (a node moved back from DRA under running pods)")
+	}
+	svc := plugin.New(table, tracker, resp, m, d.log, svcOpts...)
 	registrar := kubelet.New(d.cfg.KubeletDir, d.cfg.PluginSocket, d.cfg.ResourceName, svc,
 		kubelet.WithLogger(d.log), kubelet.WithPoll(d.poll), kubelet.WithStopService(svc.Stop),
 		kubelet.WithOnRegister(func(err error) {
@@ -203,8 +235,28 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { tracker.Run(ctx, b); return nil })
 	g.Go(func() error { d.recoverOnSignal(ctx, tracker); return nil })
+	firstHeld := make(chan struct{})
+	if held == nil {
+		close(firstHeld)
+	} else {
+		g.Go(func() error {
+			defer watcher.Close()
+			var r podheld.Result
+			r.Holders, r.Err = watcher.Poll(ctx)
+			held.Update(r)
+			close(firstHeld)
+			watcher.Run(ctx, r, held.Update)
+			return nil
+		})
+	}
 	g.Go(func() error {
 		if !d.awaitMonitoring(ctx, tracker) {
+			return nil
+		}
+		// kubelet's first list already withholds what DRA claims hold.
+		select {
+		case <-firstHeld:
+		case <-ctx.Done():
 			return nil
 		}
 		d.ready.SetNotReady("not registered with kubelet yet (waiting for " + d.cfg.KubeletSocket() + ")")

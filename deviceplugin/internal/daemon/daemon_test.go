@@ -71,7 +71,7 @@ func start(t testing.TB, nvml string, args ...string) *rig {
 	r.kubelet = kubelettest.Start(t, r.dir)
 	base := []string{"--nvml=" + nvml, "--kubelet-dir=" + r.dir, "--cdi-spec-dir=" + filepath.Join(r.dir, "cdi"),
 		"--state-dir=" + filepath.Join(r.dir, "state"),
-		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--health-quiet-period=0"}
+		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--health-quiet-period=0", "--pod-resources-socket="}
 	cfg, err := config.Load(append(base, args...), func(string) string { return "" }, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)

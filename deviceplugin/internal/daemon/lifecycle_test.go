@@ -140,7 +140,7 @@ func TestCleanShutdownWithHealthEventsInFlight(t *testing.T) {
 			nvmlSpec := "sim:a100-80gb*2"
 			cfg, err := config.Load([]string{"--nvml=" + nvmlSpec, "--kubelet-dir=" + dir, "--cdi-spec-dir=" + filepath.Join(dir, "cdi"),
 				"--state-dir=" + filepath.Join(dir, "state"), "--driver-root=" + driverRoot(t, nvmlSpec),
-				"--metrics-addr=" + tt.metrics, "--health-quiet-period=1ms"}, func(string) string { return "" }, io.Discard, io.Discard)
+				"--metrics-addr=" + tt.metrics, "--health-quiet-period=1ms", "--pod-resources-socket="}, func(string) string { return "" }, io.Discard, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -365,6 +365,40 @@ func TestPublishHeldByDevicePlugin(t *testing.T) {
 	}
 }
 
+// TestPublishHeldUnknown: while PodResources cannot be read every GPU is
+// tainted held=unknown; the next SetHeld leaves only the real holders'.
+func TestPublishHeldUnknown(t *testing.T) {
+	d, _ := newDriver(t, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	p := recordingPublisher{ch: make(chan resourceslice.DriverResources, 4)}
+	done := make(chan error, 1)
+	go func() { done <- d.Publish(ctx, p) }()
+	<-p.ch
+	held := func(r resourceslice.DriverResources, dev string) string {
+		t.Helper()
+		for _, tt := range device(t, r, dev).Taints {
+			if tt.Key == contract.DRAHeldTaintKey && tt.Effect == resourceapi.DeviceTaintEffectNoSchedule {
+				return tt.Value
+			}
+		}
+		return ""
+	}
+	d.SetHeldUnknown()
+	r := <-p.ch
+	if held(r, "gpu-0") != contract.DRAHeldTaintUnknown || held(r, "gpu-1") != contract.DRAHeldTaintUnknown {
+		t.Errorf("held taints while unknown: gpu-0 %q, gpu-1 %q; want both %q", held(r, "gpu-0"), held(r, "gpu-1"), contract.DRAHeldTaintUnknown)
+	}
+	d.SetHeld(map[string][]string{"GPU-bbb": {"default/vllm/main"}})
+	r = <-p.ch
+	if held(r, "gpu-0") != "" || held(r, "gpu-1") != contract.DRAHeldTaintValue {
+		t.Errorf("held taints once read: gpu-0 %q, gpu-1 %q; want none and %q", held(r, "gpu-0"), held(r, "gpu-1"), contract.DRAHeldTaintValue)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // kubelet may prepare a new claim for a GPU before it unprepared the claim
 // of a force-deleted pod: a holder that is gone or deallocated in the API
 // does not block; a live holder does.

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -59,7 +58,7 @@ type Device struct {
 }
 
 // DeviceName is a GPU's name in the ResourceSlice.
-func DeviceName(d gpu.Device) string { return contract.DRADevicePrefix + strconv.Itoa(d.Index) }
+func DeviceName(d gpu.Device) string { return contract.DRADeviceName(d.Index) }
 
 // Driver answers the kubelet plugin calls for one node.
 type Driver struct {
@@ -81,10 +80,16 @@ type Driver struct {
 	// republished taint keeps its timeAdded.
 	mu             sync.Mutex
 	unhealthySince map[string]time.Time
-	// heldSince are the GPUs device-plugin pods still hold (SetHeld), with
-	// the time each was first seen held.
-	heldSince map[string]time.Time
+	// held are the GPUs device-plugin pods still hold (SetHeld), or every
+	// GPU while that is unknown (SetHeldUnknown), with the taint's value.
+	held      map[string]heldTaint
 	republish chan struct{}
+}
+
+// heldTaint is one GPU's held taint: its value and when it was set.
+type heldTaint struct {
+	value string
+	since time.Time
 }
 
 // Option configures a Driver.
@@ -129,7 +134,7 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 		driver: contract.DRADriver, pool: pool, node: node, byName: map[string]Device{},
 		health: h, state: state, log: slog.Default(), metrics: NopMetrics{},
 		resend: 10 * time.Second, healthLease: 30 * time.Second, fatal: func(error) {},
-		unhealthySince: map[string]time.Time{}, heldSince: map[string]time.Time{}, republish: make(chan struct{}, 1),
+		unhealthySince: map[string]time.Time{}, held: map[string]heldTaint{}, republish: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(d)

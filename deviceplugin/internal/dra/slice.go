@@ -28,7 +28,8 @@ const (
 // one pool named after the node, one slice, one device per GPU; an
 // Unhealthy GPU carries a NoSchedule taint so no new claim gets it, while
 // running pods keep it (their allocatedResourcesStatus says Unhealthy). A
-// GPU a device-plugin pod still holds (SetHeld) carries another.
+// GPU a device-plugin pod still holds (SetHeld) carries another, and so
+// does every GPU while that cannot be told (SetHeldUnknown).
 func (d *Driver) Resources() resourceslice.DriverResources {
 	states := map[string]health.State{}
 	for _, s := range d.health.States() {
@@ -52,10 +53,10 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 		} else {
 			delete(d.unhealthySince, g.UUID)
 		}
-		if since, held := d.heldSince[g.UUID]; held {
+		if t, held := d.held[g.UUID]; held {
 			dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{
-				Key: contract.DRAHeldTaintKey, Value: contract.DRAHeldTaintValue,
-				Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &metav1.Time{Time: since},
+				Key: contract.DRAHeldTaintKey, Value: t.value,
+				Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &metav1.Time{Time: t.since},
 			})
 		}
 		devs = append(devs, dev)
@@ -139,19 +140,41 @@ func SemVer(v string) (string, bool) {
 func (d *Driver) SetHeld(holders map[string][]string) {
 	now := time.Now()
 	d.mu.Lock()
-	for u := range d.heldSince {
+	for u, t := range d.held {
 		if _, ok := holders[u]; !ok {
-			delete(d.heldSince, u)
-			d.log.Info("GPU no longer held by a device-plugin pod; new claims may get it", "uuid", u)
+			delete(d.held, u)
+			if t.value == contract.DRAHeldTaintValue {
+				d.log.Info("GPU no longer held by a device-plugin pod; new claims may get it", "uuid", u)
+			}
 		}
 	}
 	for u, h := range holders {
-		if _, ok := d.heldSince[u]; !ok && slices.ContainsFunc(d.devices, func(g Device) bool { return g.UUID == u }) {
-			d.heldSince[u] = now
-			d.log.Info("GPU held by device-plugin pods; tainted until they end", "uuid", u, "holders", h, "taint", contract.DRAHeldTaintKey)
+		if t, ok := d.held[u]; (!ok || t.value != contract.DRAHeldTaintValue) && slices.ContainsFunc(d.devices, func(g Device) bool { return g.UUID == u }) {
+			d.held[u] = heldTaint{value: contract.DRAHeldTaintValue, since: now}
+			d.log.Info("GPU held by device-plugin pods; tainted until they end", "uuid", u, "holders", h, "taint", contract.DRAHeldTaintKey+"="+contract.DRAHeldTaintValue)
 		}
 	}
 	d.mu.Unlock()
+	d.kick()
+}
+
+// SetHeldUnknown taints every GPU held with value unknown, until the next
+// SetHeld: which GPUs device-plugin pods hold cannot be read, so no claim
+// may get any (fail closed).
+func (d *Driver) SetHeldUnknown() {
+	now := time.Now()
+	d.mu.Lock()
+	for _, g := range d.devices {
+		if t, ok := d.held[g.UUID]; !ok || t.value != contract.DRAHeldTaintUnknown {
+			d.held[g.UUID] = heldTaint{value: contract.DRAHeldTaintUnknown, since: now}
+		}
+	}
+	d.mu.Unlock()
+	d.kick()
+}
+
+// kick asks Publish to republish the ResourceSlice.
+func (d *Driver) kick() {
 	select {
 	case d.republish <- struct{}{}:
 	default:

@@ -126,7 +126,7 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource the DeviceClass's extendedResourceName serves (KEP-5004)")
 	fs.BoolVar(&c.HoldEndpoint, "hold-resource-endpoint", true, "register an empty device-plugin endpoint for --resource-name in --kubelet-dir: capacity 0 at once after a switch, and Kubernetes 1.37's device manager keeps serving the resource's DRA containers (deviceplugin/DRA.md)")
 	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock), for --hold-resource-endpoint")
-	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet's PodResources socket: GPUs that pods given them by the device plugin still hold are tainted "+contract.DRAHeldTaintKey+" until those pods end (a node moving to DRA); empty disables")
+	config.PodResourcesSocketFlag(fs, &c.PodResourcesSocket)
 	fs.StringVar(&c.OwnerLabel, "owner-label", "", "node label the DaemonSet selects by (value "+contract.DRAModeDRA+", e.g. "+contract.DRAModeLabel+"): stopping on a node whose label no longer says so, nvinject-dra deletes its ResourceSlices at once; empty keeps them (kubelet wipes them 30 s after the plugin is gone)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.DRAMetricsPort), "address of /metrics, /healthz and /readyz; empty disables")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
@@ -173,8 +173,8 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 			errs = append(errs, fmt.Errorf("--kubelet-dir=%s is not an absolute path; give kubelet's device plugin directory, or --hold-resource-endpoint=false", contract.Quote(c.KubeletDir)))
 		}
 	}
-	if c.PodResourcesSocket != "" && !filepath.IsAbs(c.PodResourcesSocket) {
-		errs = append(errs, fmt.Errorf("--pod-resources-socket=%s is not an absolute path; give kubelet's socket (/var/lib/kubelet/pod-resources/kubelet.sock), or empty to disable", contract.Quote(c.PodResourcesSocket)))
+	if err := config.ValidatePodResourcesSocket(c.PodResourcesSocket); err != nil {
+		errs = append(errs, err)
 	}
 	if c.NodeName == "" {
 		errs = append(errs, errors.New("--node-name is empty; set NODE_NAME from the downward API (fieldRef spec.nodeName)"))

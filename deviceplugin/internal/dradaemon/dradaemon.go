@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,16 +30,15 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
-	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nvinject/nvinject/cdi/spec"
-	"github.com/nvinject/nvinject/deviceplugin/internal/dpheld"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draendpoint"
 	"github.com/nvinject/nvinject/deviceplugin/internal/health"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
+	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
 	"github.com/nvinject/nvinject/deviceplugin/internal/simdebug"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -223,6 +221,8 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 		if err := d.watchHeld(ctx, g, drv, node.Devices); err != nil {
 			return err
 		}
+	} else {
+		d.log.Warn("--pod-resources-socket is empty: GPUs that device-plugin pods still hold are not tainted, so a claim may get one of them (a node moved to DRA under running pods)")
 	}
 	g.Go(func() error { return drv.Publish(ctx, helper) })
 	if d.cfg.HoldEndpoint {
@@ -284,25 +284,47 @@ func (d *Daemon) releaseIfMovedAway(client kubernetes.Interface) {
 
 // watchHeld taints the GPUs pods given them by the device plugin still hold
 // (a node moved to DRA under them): the first ResourceSlice already
-// carries the taints, and a poll keeps them current until ctx ends.
+// carries the taints, and a poll keeps them current until ctx ends. While
+// PodResources cannot be read every GPU is tainted (fail closed).
 func (d *Daemon) watchHeld(ctx context.Context, g *errgroup.Group, drv *dra.Driver, gpus []gpu.Device) error {
-	conn, err := grpc.NewClient("unix://"+d.cfg.PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	w, err := podheld.Dial(d.cfg.PodResourcesSocket, podheld.DevicePluginPods(d.cfg.ResourceName), gpus)
 	if err != nil {
-		return fmt.Errorf("PodResources client for %s: %w; check --pod-resources-socket", d.cfg.PodResourcesSocket, err)
+		return err
 	}
-	w := dpheld.New(podresv1.NewPodResourcesListerClient(conn), d.cfg.ResourceName, gpus, dpheld.WithLogger(d.log))
-	held, err := w.Poll(ctx)
-	if err != nil {
-		d.log.Warn("cannot tell which GPUs device-plugin pods hold; publishing without those taints", logging.Err(err))
-		held = dpheld.Holders{}
-	}
-	drv.SetHeld(held)
+	var first podheld.Result
+	first.Holders, first.Err = w.Poll(ctx)
+	set := d.heldSetter(drv)
+	set(first)
 	g.Go(func() error {
-		defer conn.Close()
-		w.Run(ctx, held, func(h dpheld.Holders) { drv.SetHeld(h) })
+		defer w.Close()
+		w.Run(ctx, first, set)
 		return nil
 	})
 	return nil
+}
+
+// heldSetter passes each poll to the driver and logs when PodResources
+// turns unreadable or readable again.
+func (d *Daemon) heldSetter(drv *dra.Driver) func(podheld.Result) {
+	failing := false
+	return func(r podheld.Result) {
+		if r.Err != nil {
+			d.log.Error("GPUs held by device-plugin pods unknown: every GPU is tainted until kubelet's PodResources can be read (fail closed)",
+				"taint", contract.DRAHeldTaintKey+"="+contract.DRAHeldTaintUnknown, logging.Err(r.Err))
+			failing = true
+			drv.SetHeldUnknown()
+			return
+		}
+		if failing {
+			d.log.Info("kubelet's PodResources readable again; only GPUs device-plugin pods hold stay tainted", "socket", d.cfg.PodResourcesSocket)
+			failing = false
+		}
+		held := make(map[string][]string, len(r.Holders))
+		for u, hs := range r.Holders {
+			held[u] = podheld.Strings(hs)
+		}
+		drv.SetHeld(held)
+	}
 }
 
 func (d *Daemon) kubeClient() (kubernetes.Interface, error) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -251,62 +253,64 @@ func TestSpecRunsTheHooks(t *testing.T) {
 	}
 }
 
-// podResources is a kubelet PodResources server whose List answers pods.
-type podResources struct {
-	podresv1.UnimplementedPodResourcesListerServer
-	mu   sync.Mutex
-	pods []*podresv1.PodResources
+// heldTaints counts each device's held taints (NoSchedule) by value.
+func heldTaints(s resourceapi.ResourceSlice) map[string]string {
+	out := map[string]string{}
+	for _, d := range s.Spec.Devices {
+		for _, tt := range d.Taints {
+			if tt.Key == contract.DRAHeldTaintKey && tt.Effect == resourceapi.DeviceTaintEffectNoSchedule {
+				out[d.Name] += tt.Value
+			}
+		}
+	}
+	return out
 }
 
-func (p *podResources) List(context.Context, *podresv1.ListPodResourcesRequest) (*podresv1.ListPodResourcesResponse, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return &podresv1.ListPodResourcesResponse{PodResources: p.pods}, nil
-}
-
-func (p *podResources) set(pods ...*podresv1.PodResources) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pods = pods
+// untilHeld waits until the node's one ResourceSlice has the held taints want.
+func (r *rig) untilHeld(t testing.TB, what string, want map[string]string) {
+	t.Helper()
+	until(t, what, func() bool {
+		l, err := r.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(l.Items) == 1 && maps.Equal(heldTaints(l.Items[0]), want)
+	})
 }
 
 // TestDevicePluginPodKeepsItsGPU: a GPU a pod got from the device plugin
 // before the node moved to DRA is tainted in the first ResourceSlice, and
 // untainted once kubelet no longer lists the pod.
 func TestDevicePluginPodKeepsItsGPU(t *testing.T) {
-	sock := filepath.Join(kubelettest.Dir(t), "pr.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, pr := grpc.NewServer(), &podResources{}
-	podresv1.RegisterPodResourcesListerServer(srv, pr)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
+	pr := kubelettest.StartPodResources(t, filepath.Join(kubelettest.Dir(t), "pr.sock"))
 	uuid1 := sim.UUID("a100-80gb", 1)
-	pr.set(&podresv1.PodResources{Namespace: "default", Name: "vllm", Containers: []*podresv1.ContainerResources{{Name: "vllm",
+	pr.Set(&podresv1.PodResources{Namespace: "default", Name: "vllm", Containers: []*podresv1.ContainerResources{{Name: "vllm",
 		Devices: []*podresv1.ContainerDevices{{ResourceName: contract.ResourceName, DeviceIds: []string{uuid1}}}}}})
 
+	r := newRig(t, "sim:a100-80gb*2", "--pod-resources-socket="+pr.Socket)
+	if got := heldTaints(r.slice(t)); !maps.Equal(got, map[string]string{"gpu-1": contract.DRAHeldTaintValue}) {
+		t.Fatalf("first slice held taints %v, want gpu-1 %s only", got, contract.DRAHeldTaintValue)
+	}
+	pr.Set()
+	r.untilHeld(t, "the held taint's removal", map[string]string{})
+}
+
+// TestHeldFailsClosed: while kubelet's PodResources cannot be read (the
+// socket is not there yet, then List fails), every device is tainted
+// held=unknown, so no claim gets a GPU a device-plugin pod may hold; once
+// it answers, only the real holder's GPU stays tainted.
+func TestHeldFailsClosed(t *testing.T) {
+	sock := filepath.Join(kubelettest.Dir(t), "pr.sock")
 	r := newRig(t, "sim:a100-80gb*2", "--pod-resources-socket="+sock)
-	taints := func(s resourceapi.ResourceSlice) map[string]int {
-		out := map[string]int{}
-		for _, d := range s.Spec.Devices {
-			for _, tt := range d.Taints {
-				if tt.Key == contract.DRAHeldTaintKey && tt.Effect == resourceapi.DeviceTaintEffectNoSchedule {
-					out[d.Name]++
-				}
-			}
-		}
-		return out
+	unknown := map[string]string{"gpu-0": contract.DRAHeldTaintUnknown, "gpu-1": contract.DRAHeldTaintUnknown}
+	if got := heldTaints(r.slice(t)); !maps.Equal(got, unknown) {
+		t.Fatalf("first slice without PodResources: held taints %v, want %v", got, unknown)
 	}
-	if got := taints(r.slice(t)); got["gpu-1"] != 1 || got["gpu-0"] != 0 {
-		t.Fatalf("first slice held taints %v, want gpu-1 only", got)
-	}
-	pr.set()
-	until(t, "the held taint's removal", func() bool {
-		l, err := r.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
-		return err == nil && len(l.Items) == 1 && len(taints(l.Items[0])) == 0
-	})
+	pr := kubelettest.StartPodResources(t, sock)
+	pr.Set(&podresv1.PodResources{Namespace: "default", Name: "vllm", Containers: []*podresv1.ContainerResources{{Name: "vllm",
+		Devices: []*podresv1.ContainerDevices{{ResourceName: contract.ResourceName, DeviceIds: []string{sim.UUID("a100-80gb", 0)}}}}}})
+	r.untilHeld(t, "PodResources read", map[string]string{"gpu-0": contract.DRAHeldTaintValue})
+	pr.Fail(status.Error(codes.Unavailable, "kubelet restarting"))
+	r.untilHeld(t, "List failing", unknown)
+	pr.Set()
+	r.untilHeld(t, "List answering again", map[string]string{})
 }
 
 // TestReleaseSlicesWhenMovedAway: with --owner-label, stopping on a node

@@ -7,6 +7,7 @@
 // that path while its endpoint entry stays, so the path is refused until
 // the kubelet restarts. A stopped kubelet leaves its kubelet.sock behind; a
 // starting one removes every socket in the directory before it listens.
+// PodResources (podresources.go) is kubelet's PodResources List.
 package kubelettest
 
 import (

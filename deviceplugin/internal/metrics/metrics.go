@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
@@ -16,6 +18,7 @@ type Metrics struct {
 	ActiveStreams prometheus.Gauge
 	HealthEvents  *prometheus.CounterVec
 	DeviceHealthy *prometheus.GaugeVec
+	GPUHeld       *prometheus.GaugeVec
 }
 
 // New registers the metrics with reg.
@@ -41,8 +44,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "nvinject_device_plugin_device_healthy",
 			Help: "1 when the published GPU is Healthy, 0 when Unhealthy.",
 		}, []string{"uuid", "device_id"}),
+		GPUHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: contract.MetricGPUHeld,
+			Help: "1 per GPU published Unhealthy because another path holds it, not for its health: holder " + contract.HeldByDRAClaim + " (pod, claim) or " + contract.HeldUnknown + " (kubelet's PodResources cannot be read: every GPU).",
+		}, []string{"uuid", "holder", "pod", "claim"}),
 	}
-	reg.MustRegister(m.Registrations, m.Allocations, m.ActiveStreams, m.HealthEvents, m.DeviceHealthy)
+	reg.MustRegister(m.Registrations, m.Allocations, m.ActiveStreams, m.HealthEvents, m.DeviceHealthy, m.GPUHeld)
 	return m
 }
 
@@ -53,6 +60,20 @@ func (m *Metrics) ObserveEvent(e gpu.HealthEvent, ignored bool) {
 		xid = strconv.FormatUint(e.Xid, 10)
 	}
 	m.HealthEvents.WithLabelValues(e.Kind.String(), xid, strconv.FormatBool(ignored)).Inc()
+}
+
+// SetHeld records which of the published GPUs uuids are withheld, and by whom.
+func (m *Metrics) SetHeld(uuids []string, r podheld.Result) {
+	m.GPUHeld.Reset()
+	for _, u := range uuids {
+		if r.Err != nil {
+			m.GPUHeld.WithLabelValues(u, contract.HeldUnknown, "", "").Set(1)
+			continue
+		}
+		for _, h := range r.Holders[u] {
+			m.GPUHeld.WithLabelValues(u, contract.HeldByDRAClaim, h.Pod, h.Claim).Set(1)
+		}
+	}
 }
 
 // SetHealthy records one GPU's health.

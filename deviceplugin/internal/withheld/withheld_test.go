@@ -1,0 +1,51 @@
+package withheld
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
+)
+
+// TestSet: nothing is handed out before the first poll or while polls
+// fail; a DRA holder withholds its GPU only; each change is logged once,
+// naming the holders.
+func TestSet(t *testing.T) {
+	var log bytes.Buffer
+	s := New([]string{"GPU-a", "GPU-b"}, WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	withheld := func() (out []string) {
+		for _, u := range []string{"GPU-a", "GPU-b"} {
+			if why, ok := s.Withheld(u); ok {
+				out = append(out, u+": "+why)
+			}
+		}
+		return out
+	}
+	if w := withheld(); len(w) != 2 || s.Err() == nil {
+		t.Errorf("before the first poll: withheld %v, err %v; want both, an error", w, s.Err())
+	}
+	changed, cancel := s.Subscribe()
+	defer cancel()
+	vllm := podheld.Holder{Pod: "default/vllm", Container: "main", Claim: "default/vllm-gpu"}
+	s.Update(podheld.Result{Holders: podheld.Holders{"GPU-b": {vllm}}})
+	<-changed
+	if w := withheld(); len(w) != 1 || !strings.Contains(w[0], "GPU-b: held through DRA by default/vllm/main (claim default/vllm-gpu)") || s.Err() != nil {
+		t.Errorf("held by a claim: withheld %v, err %v", w, s.Err())
+	}
+	s.Update(podheld.Result{Err: errors.New("connection refused")})
+	if w := withheld(); len(w) != 2 || !strings.Contains(w[0], "connection refused") {
+		t.Errorf("PodResources down: withheld %v", w)
+	}
+	s.Update(podheld.Result{Holders: podheld.Holders{}})
+	if w := withheld(); len(w) != 0 {
+		t.Errorf("nothing held: withheld %v", w)
+	}
+	for want, n := range map[string]int{"GPU held by a DRA claim": 1, "every GPU is published Unhealthy": 1, "readable again": 1, "claim default/vllm-gpu": 1} {
+		if got := strings.Count(log.String(), want); got != n {
+			t.Errorf("log has %q %d times, want %d:\n%s", want, got, n, log.String())
+		}
+	}
+}
