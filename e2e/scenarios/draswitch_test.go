@@ -23,6 +23,8 @@ type switchStep struct {
 	label    string // the node's DRA-mode label after the flip, "" when removed
 	from, to string // the path (simnode.Path*) a GPU pod takes before and after
 	flip     func(context.Context) (simnode.Switch, error)
+	// flipHeld, where set, is flip while a pod holds the only GPU.
+	flipHeld func(context.Context) (simnode.Switch, error)
 }
 
 // TestDRASwitchPods moves the node device plugin -> DRA -> device plugin
@@ -61,6 +63,9 @@ func TestDRASwitchPods(t *testing.T) {
 		{name: "DRA -> device plugin", prefix: "sw-dp", label: "", from: simnode.PathDRA, to: simnode.PathDevicePlugin,
 			flip: func(ctx context.Context) (simnode.Switch, error) {
 				return d.SwitchToDevicePlugin(ctx, dep, 3*time.Minute)
+			},
+			flipHeld: func(ctx context.Context) (simnode.Switch, error) {
+				return d.SwitchToDevicePluginHeld(ctx, dep, 3*time.Minute)
 			}},
 	}
 	for _, c := range []struct {
@@ -192,6 +197,10 @@ func (r *switchRun) checkEvents(t *testing.T, strict bool) {
 
 func switchWithPods(t *testing.T, ctx context.Context, d *simnode.Deployer, st switchStep) {
 	holder, atFlip, afterFree := st.prefix+"-running", st.prefix+"-at-flip", st.prefix+"-after-free"
+	afterSwitch := st.prefix + "-after-switch"
+	if st.flipHeld != nil {
+		st.flip = st.flipHeld
+	}
 	createPod(t, ctx, holder, gpuPod)
 	before := waitPod(t, ctx, holder, 2*time.Minute, "Running", running)
 	if p := pathOf(before); p != st.from {
@@ -212,6 +221,19 @@ func switchWithPods(t *testing.T, ctx context.Context, d *simnode.Deployer, st s
 		t.Errorf("%s: pod %s created at the flip runs on the %s path at %s, on %v, while %s holds the only GPU (deviceplugin/DRA.md)",
 			st.name, atFlip, flipState.Path, r.sec(firstRunning(o, atFlip)), containerGPUs(t, ctx, atFlip), holder)
 	}
+
+	// The new owner is Ready (no drain, no cordon): a pod created now must
+	// not get the GPU the old path's pod still holds either. Measured before
+	// the device plugin withheld DRA-held GPUs: Running 1.3 s after creation.
+	createPod(t, ctx, afterSwitch, gpuPod)
+	o.Watch(afterSwitch)
+	watchUntil(ctx, 10*time.Second, func() bool { s, _ := o.Latest(afterSwitch); return s.Running() || s.Phase == corev1.PodFailed })
+	if s, _ := o.Latest(afterSwitch); s.Running() {
+		t.Errorf("%s: pod %s created after the switch runs on the %s path on %v while %s holds the only GPU", st.name, afterSwitch, s.Path, containerGPUs(t, ctx, afterSwitch), holder)
+	} else {
+		t.Logf("%s: pod %s created after the switch waits while %s holds the GPU: %s", st.name, afterSwitch, holder, s)
+	}
+	deletePod(t, afterSwitch)
 
 	// The pod that ran on the old owner keeps running, with its GPU.
 	after, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, holder, metav1.GetOptions{})

@@ -132,13 +132,33 @@ func (d *Deployer) SwitchToDRA(ctx context.Context, dep Deployment, timeout time
 // ResourceSlices of the node (nvinject-dra leaves them for its next
 // instance) and waits until the device plugin publishes dep's GPU again.
 func (d *Deployer) SwitchToDevicePlugin(ctx context.Context, dep Deployment, timeout time.Duration) (Switch, error) {
+	return d.switchToDevicePlugin(ctx, dep, timeout, false)
+}
+
+// SwitchToDevicePluginHeld is SwitchToDevicePlugin while a DRA pod still
+// holds dep's GPU: the device plugin publishes it withheld, so the switch
+// is complete at capacity 1 and allocatable 0.
+func (d *Deployer) SwitchToDevicePluginHeld(ctx context.Context, dep Deployment, timeout time.Duration) (Switch, error) {
+	return d.switchToDevicePlugin(ctx, dep, timeout, true)
+}
+
+func (d *Deployer) switchToDevicePlugin(ctx context.Context, dep Deployment, timeout time.Duration, held bool) (Switch, error) {
 	t0 := time.Now()
 	if _, err := d.kube.Kubectl(ctx, "", "label", "node", d.node.Name(), contract.DRAModeLabel+"-"); err != nil {
 		return Switch{}, err
 	}
-	sw, err := d.waitSwitch(ctx, t0, timeout, DRADaemonSet, DevicePlugin, 1, func(ctx context.Context) error {
+	allocatable, published := int64(1), func(ctx context.Context) error {
 		return d.WaitKubeletAllocatable(ctx, dep.DeviceID, time.Second)
-	})
+	}
+	if held {
+		allocatable, published = 0, func(ctx context.Context) error {
+			if c, _, err := d.NodeGPUs(ctx); err != nil || c != 1 {
+				return fmt.Errorf("capacity %s is %d (%v), want the withheld GPU listed", Resource, c, err)
+			}
+			return nil
+		}
+	}
+	sw, err := d.waitSwitch(ctx, t0, timeout, DRADaemonSet, DevicePlugin, allocatable, published)
 	if err != nil {
 		return sw, err
 	}
