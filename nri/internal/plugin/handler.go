@@ -198,17 +198,25 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		return outcome{}, refuse(ReasonBadRequest, err)
 	}
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
+	served := h.handlers[pod.GetRuntimeHandler()]
 	if len(names) == 0 && hasNVIDIANode(ctr) && h.kubelet != nil {
 		kv, err := h.askKubelet(ctx, pod, ctr)
-		if err != nil {
+		switch {
+		case err != nil && served:
 			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
-		}
-		var held string
-		if names, held = h.claimNames(kv.own.Claims); held != "" {
-			who += " (" + held + ")"
+		case err != nil:
+			// Outside the served handlers the claims only name a refusal:
+			// a privileged system pod sees the host's NVIDIA nodes too, and
+			// must not fail with kubelet's PodResources.
+			h.log.Warn("cannot ask kubelet whether a container outside the nvidia runtime class holds a DRA GPU; admitting it", append(h.attrs(pod, ctr), "error", err.Error())...)
+		default:
+			var held string
+			if names, held = h.claimNames(kv.own.Claims); held != "" {
+				who += " (" + held + ")"
+			}
 		}
 	}
-	if !h.handlers[pod.GetRuntimeHandler()] {
+	if !served {
 		if ours := h.ours(slices.Concat(names, h.collector.AnyCDI(ctr))); len(ours) > 0 {
 			return outcome{}, refuse(ReasonRuntimeClass, fmt.Errorf("%s requests %s but runs with runtime handler %q; set runtimeClassName: %s in the pod spec",
 				who, contract.List(ours), pod.GetRuntimeHandler(), h.servedHint()))

@@ -254,3 +254,17 @@ func TestPodResourcesListFails(t *testing.T) {
 		})
 	}
 }
+
+// Outside the served runtime handlers a container with the host's NVIDIA
+// nodes (a privileged system pod on a GPU host) is admitted when kubelet's
+// PodResources fails: the claims would only name a refusal there.
+func TestPodResourcesFailsOutsideRuntimeClass(t *testing.T) {
+	k := &kubelet{}
+	e := start(t, envOpts{kubelet: serveKubelet(t, k)})
+	k.fail(errors.New("kubelet is restarting"))
+	pod := nritest.Pod("priv", "", nil)
+	if _, _, err := e.create(t, pod, nil, []string{e.node.Name(1)}); err != nil {
+		t.Fatalf("privileged-style container outside RuntimeClass nvidia refused while PodResources fails: %v", err)
+	}
+	e.remove(t, pod)
+}
