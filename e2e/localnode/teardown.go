@@ -63,6 +63,10 @@ func (n *Node) Down(ctx context.Context) error {
 	} else {
 		n.log.Warn("another local node owns the host-wide state; leaving it", "owner", currentOwner())
 	}
+	// Device nodes are listed in this run dir, so they are this node's whoever owns the host now.
+	if err := hostclean.RemoveDevices(n.layout.hostDevices()); err != nil {
+		errs = append(errs, err)
+	}
 	if err := hostclean.RemoveRunDir(n.layout.dir); err != nil {
 		errs = append(errs, err)
 	}
