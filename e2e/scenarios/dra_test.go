@@ -28,6 +28,7 @@ import (
 // each step needs the node in the state the previous one left.
 func TestDRA(t *testing.T) {
 	d := need(t)
+	failOnKubeletRefusedRegister(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if err := d.ImportDRAImage(ctx); err != nil {
