@@ -129,15 +129,18 @@ const (
 	fixNoDevices  = "the plugin sees no GPU: selected-gpu-uuid must name a GPU nvidia-smi lists on the worker"
 	fixRecover    = "the plugin reports the GPU Unhealthy (Xid or lost GPU): read the host's dmesg for the Xid; nvinject turns it Healthy after --health-quiet-period without a new Xid, or at once on SIGHUP to the plugin (on a simulated node: POST /debug/sim/recover?uuid=<uuid> on the plugin's metrics port); a lost GPU needs a reset or reboot"
 	fixAllocate   = "kubelet's Device Manager got no devices from the plugin: " + pluginLogs + ", check the device is still healthy, restart the plugin pod so it re-registers, then delete the failed pod so its controller recreates it"
-	fixCDISpec    = "fix or remove the bad spec file; restart nvinject-device-plugin to rewrite its spec in /var/run/cdi"
-	fixCDIName    = "the CDI spec for that GPU is missing or stale: restart nvinject-device-plugin (it writes the spec to /var/run/cdi) and make sure containerd's cdi_spec_dirs list that dir"
-	fixCDIDirs    = "add the dir to cdi_spec_dirs in containerd's config (nvinject's drop-in lists /etc/cdi and /var/run/cdi) and restart containerd"
-	fixRC         = "kubectl apply -k deploy (deploy/manifests/runtimeclass.yaml defines RuntimeClass nvidia with handler nvidia)"
-	fixHandler    = "install nvinject's containerd drop-in: nvinject-node install-containerd-config, then restart containerd (on nvkind: docker exec <worker> systemctl restart containerd)"
-	fixNRI        = "nvinject-nri is not connected: kubectl -n " + contract.Namespace + " logs ds/" + contract.NRIApp + "; check containerd's NRI is enabled and its socket (/var/run/nri/nri.sock) is mounted into the pod"
-	fixRefusal    = "nvinject-nri refused the container; its message says what differs (runtimeClassName, stale CDI spec, GPU UUID mismatch): correct that, then delete the pod"
-	fixProbeLib   = "the container lacks a library of the driver: regenerate the CDI spec from the driver root (the device plugin writes it; with --hook-binary the ld.so.cache and libcuda.so links are made too) and check the root holds that library (nvinject-cdi generate --driver-root=...)"
-	fixApp        = "the device is in the container but CUDA cannot use it: compare the driver version (nvidia-smi) with the CUDA the image needs, check vLLM's arguments (--gpu-memory-utilization, --max-model-len, model) and read the pod's log"
+	// kubelet restores GPU assignments from its checkpoint at start and frees
+	// those of deleted pods only once it has seen all its pod sources.
+	fixAdmissionRace = "kubelet admitted the pod right after it restarted, while its device-manager checkpoint still gave the GPU to a deleted pod (a known kubelet race: kubernetes/kubernetes#117955, #124345, #133382): delete the failed pod, or let its Deployment's ReplicaSet replace it; if it repeats long after kubelet started, look in kubelet's checkpoint (/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint) for pods that no longer exist"
+	fixCDISpec       = "fix or remove the bad spec file; restart nvinject-device-plugin to rewrite its spec in /var/run/cdi"
+	fixCDIName       = "the CDI spec for that GPU is missing or stale: restart nvinject-device-plugin (it writes the spec to /var/run/cdi) and make sure containerd's cdi_spec_dirs list that dir"
+	fixCDIDirs       = "add the dir to cdi_spec_dirs in containerd's config (nvinject's drop-in lists /etc/cdi and /var/run/cdi) and restart containerd"
+	fixRC            = "kubectl apply -k deploy (deploy/manifests/runtimeclass.yaml defines RuntimeClass nvidia with handler nvidia)"
+	fixHandler       = "install nvinject's containerd drop-in: nvinject-node install-containerd-config, then restart containerd (on nvkind: docker exec <worker> systemctl restart containerd)"
+	fixNRI           = "nvinject-nri is not connected: kubectl -n " + contract.Namespace + " logs ds/" + contract.NRIApp + "; check containerd's NRI is enabled and its socket (/var/run/nri/nri.sock) is mounted into the pod"
+	fixRefusal       = "nvinject-nri refused the container; its message says what differs (runtimeClassName, stale CDI spec, GPU UUID mismatch): correct that, then delete the pod"
+	fixProbeLib      = "the container lacks a library of the driver: regenerate the CDI spec from the driver root (the device plugin writes it; with --hook-binary the ld.so.cache and libcuda.so links are made too) and check the root holds that library (nvinject-cdi generate --driver-root=...)"
+	fixApp           = "the device is in the container but CUDA cannot use it: compare the driver version (nvidia-smi) with the CUDA the image needs, check vLLM's arguments (--gpu-memory-utilization, --max-model-len, model) and read the pod's log"
 )
 
 // The device plugin's withheld GPUs (deviceplugin/README.md).
@@ -399,6 +402,10 @@ func checkAllocate(e Evidence) Verdict {
 		return f.verdict("give the doctor the cluster (--kubeconfig, --node)")
 	}
 	for _, p := range a.Failures {
+		if p.Reason == "UnexpectedAdmissionError" && strings.Contains(p.Message, "requested number of devices unavailable for "+e.Resource) {
+			f.problem(fixAdmissionRace, "pod %s: %s (kubelet's device-manager race after a restart)", p.PodRef, p.Message)
+			continue
+		}
 		f.problem(fixAllocate, "pod %s: %s", p.PodRef, p.Message)
 	}
 	if len(a.Failures) == 0 {

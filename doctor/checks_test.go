@@ -121,6 +121,9 @@ func TestEvaluate(t *testing.T) {
 		{"allocate failed", LayerAllocate, func(e *Evidence) {
 			e.Allocate.Failures = []PodMessage{{PodRef: pod("default", "p"), Reason: "UnexpectedAdmissionError", Message: "Pod was rejected: Allocate failed due to device plugin Allocate rpc failed, which is unexpected"}}
 		}, Broken, "Allocate failed", "re-registers"},
+		{"admission race after a kubelet restart", LayerAllocate, func(e *Evidence) {
+			e.Allocate.Failures = []PodMessage{{PodRef: pod("default", "p"), Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected"}}
+		}, Broken, "device-manager race after a restart", "delete the failed pod, or let its Deployment's ReplicaSet replace it"},
 		{"allocate without API", LayerAllocate, func(e *Evidence) { e.Allocate = AllocateEvidence{Unread: unread} }, Unknown, unread, ""},
 
 		{"cdi-runtime ok", LayerCDIRuntime, nil, OK, "handler nvidia", ""},

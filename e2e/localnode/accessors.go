@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nvinject/nvinject/e2e/internal/hostclean"
 	"github.com/nvinject/nvinject/e2e/internal/proc"
 )
 
@@ -28,4 +29,13 @@ func (n *Node) Restart(ctx context.Context, component string) error {
 		return n.startAndWait(ctx, c)
 	}
 	return fmt.Errorf("restart %q: the node has no such component (containerd, etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet)", component)
+}
+
+// SetHostDevices makes the host's device nodes the node created exactly
+// devs: missing ones are created (mknod; no kernel module needs to be
+// loaded), ones the node created earlier and devs no longer names are
+// removed, and nodes the host had before are used and left alone. Down
+// removes what the node created.
+func (n *Node) SetHostDevices(devs []hostclean.CharDevice) error {
+	return hostclean.EnsureDevices(n.layout.hostDevices(), devs)
 }

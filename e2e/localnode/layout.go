@@ -30,3 +30,6 @@ func (l layout) kubeletRoot() string      { return l.path("kubelet") }
 func (l layout) kubeletConfig() string    { return l.path("kubelet-config.yaml") }
 func (l layout) staticPods() string       { return l.path("manifests") }
 func (l layout) images() string           { return l.path("images") }
+
+// hostDevices lists the device nodes the node created in the host's /dev.
+func (l layout) hostDevices() string { return l.path("host-devices") }

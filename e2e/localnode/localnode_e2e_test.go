@@ -98,18 +98,8 @@ func TestLocalNode(t *testing.T) {
 		return out
 	}
 	podStart := time.Now()
-	// The controller-manager creates the default ServiceAccount shortly after it starts;
-	// until then admission rejects the pod.
-	for {
-		out, err := run(podManifest, "apply", "-f", "-")
-		if err == nil {
-			break
-		}
-		if !strings.Contains(out, "serviceaccount") || time.Since(podStart) > 30*time.Second {
-			t.Fatalf("kubectl apply: %v\n%s", err, out)
-		}
-		time.Sleep(time.Second)
-	}
+	// Up returns once the default ServiceAccount exists, so admission takes the pod at once.
+	kubectl(podManifest, "apply", "-f", "-")
 	kubectl("", "wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/busybox", "--timeout=120s")
 	t.Logf("pod Succeeded %s after creation", time.Since(podStart).Round(time.Millisecond))
 	// The nvidia RuntimeClass handler (from the deploy drop-in, or the harness fallback)

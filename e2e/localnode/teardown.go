@@ -63,6 +63,10 @@ func (n *Node) Down(ctx context.Context) error {
 	} else {
 		n.log.Warn("another local node owns the host-wide state; leaving it", "owner", currentOwner())
 	}
+	// Device nodes are listed in this run dir, so they are this node's whoever owns the host now.
+	if err := hostclean.RemoveDevices(n.layout.hostDevices()); err != nil {
+		errs = append(errs, err)
+	}
 	if err := hostclean.RemoveRunDir(n.layout.dir); err != nil {
 		errs = append(errs, err)
 	}
@@ -96,15 +100,19 @@ func (n *Node) deletePods(ctx context.Context) error {
 			n.log.Warn("delete pod", "pod", p[0]+"/"+p[1], logging.Err(err))
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
 		pods, err := c.pods(ctx)
-		if err != nil || len(pods) == 0 {
-			return err
+		if err == nil && len(pods) == 0 {
+			return nil
 		}
-		time.Sleep(500 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d pods still present after 60s (last error: %v); see %s", len(pods), err, n.layout.logFile("kubelet"))
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	return fmt.Errorf("pods still present after 60s")
 }
 
 // removeSandboxes stops and removes every pod sandbox containerd still has.

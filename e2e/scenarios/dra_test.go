@@ -28,6 +28,7 @@ import (
 // each step needs the node in the state the previous one left.
 func TestDRA(t *testing.T) {
 	d := need(t)
+	failOnKubeletRefusedRegister(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if err := d.ImportDRAImage(ctx); err != nil {
@@ -274,6 +275,12 @@ func TestDRA(t *testing.T) {
 	// for the resource stays registered (nvinject-dra's empty one;
 	// deviceplugin/DRA.md).
 	t.Run("seed's nvidia.com/gpu pod after kubelet's endpoint grace", func(t *testing.T) {
+		// A fixed wait, the one in the suite: nothing observable marks the
+		// grace's end. kubelet logs nothing when it drops the endpoint
+		// (GetCapacity deletes the resource silently), no metric or
+		// PodResources answer carries its stop time, and Node capacity is 0
+		// all along through nvinject-dra's empty endpoint. 20 s covers
+		// kubelet's node status sync after the 5 minutes.
 		wait := time.Until(graceFrom.Add(kubeletEndpointGrace + 20*time.Second))
 		t.Logf("waiting %s: 5 min 20 s after the switch or kubelet's last restart", wait.Round(time.Second))
 		select {

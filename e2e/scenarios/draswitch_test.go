@@ -166,6 +166,9 @@ func (r *switchRun) podAtFlip(t *testing.T, ctx context.Context, name, what stri
 	created := time.Now()
 	r.o.Watch(name)
 	r.waitSwitch(t, what)
+	// A pod that must stay Pending has no event saying it never will run:
+	// window bounds how long it is given to run or fail wrongly, and is
+	// waited out in full when it behaves.
 	watchUntil(ctx, window, func() bool {
 		s, _ := r.o.Latest(name)
 		return s.Running() || s.Phase == corev1.PodFailed

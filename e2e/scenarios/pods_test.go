@@ -23,6 +23,7 @@ const ns = "default"
 type podSpec struct {
 	gpu          bool // limits nvidia.com/gpu: 1
 	runtimeClass bool // runtimeClassName: nvidia
+	privileged   bool // securityContext.privileged: true
 	annotations  map[string]string
 }
 
@@ -54,6 +55,9 @@ func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
 	if s.runtimeClass {
 		rc := contract.RuntimeHandler
 		pod.Spec.RuntimeClassName = &rc
+	}
+	if s.privileged {
+		pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
 	}
 	// The admission policy requires the annotation on nvidia pods and on GPU pods.
 	if s.runtimeClass || s.gpu {

@@ -87,6 +87,7 @@ func TestNoRuntimeClassRefused(t *testing.T) {
 // within seconds, the GPU stays healthy and the plugin process is not restarted.
 func TestKubeletRestart(t *testing.T) {
 	d := need(t)
+	failOnKubeletRefusedRegister(t)
 	ctx := testCtx(t)
 	before, err := d.DaemonSetPod(ctx, simnode.DevicePlugin)
 	if err != nil {

@@ -60,6 +60,7 @@ func soakPlanFromEnv(t *testing.T) soakPlan {
 // device plugin kill must have been followed by a registration.
 func TestSoak(t *testing.T) {
 	d := need(t)
+	failOnKubeletRefusedRegister(t)
 	plan := soakPlanFromEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), plan.budget)
 	defer cancel()
@@ -108,6 +109,7 @@ func TestSoak(t *testing.T) {
 			s.replaceGPUPod(ctx, label)
 		}
 		s.checkGPUs(ctx, label)
+		s.keepEndedPluginLog(ctx, label)
 	}
 	churned := stopChurn()
 
@@ -328,13 +330,16 @@ func (s *soak) checkGPUs(ctx context.Context, label string) {
 		// ("pod does not exist"): exec is retried for up to 30 s.
 		var smi string
 		var err error
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		execCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_ = simnode.Poll(execCtx, 250*time.Millisecond, func(ctx context.Context) error {
 			smi, err = s.d.Kube().Exec(ctx, ns, p.Name, "", "nvidia-smi-sim", "--query-gpu=uuid", "--format=csv,noheader")
-			if err == nil || !strings.Contains(err.Error(), "pod does not exist") || time.Now().After(deadline) {
-				break
+			if err != nil && strings.Contains(err.Error(), "pod does not exist") {
+				s.execRetries++
+				return err
 			}
-			s.execRetries++
-		}
+			return nil
+		})
+		cancel()
 		if err != nil {
 			s.t.Errorf("%s: nvidia-smi in %s: %v", label, p.Name, err)
 			s.wrong = append(s.wrong, p.Name+": nvidia-smi failed: "+err.Error())

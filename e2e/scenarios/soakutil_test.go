@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/nvinject/nvinject/e2e/simnode"
 )
 
@@ -34,10 +36,85 @@ type soak struct {
 	checked, execRetries                                 int
 	wrong                                                []string
 	failed                                               map[string]string
+	// pluginLogs is the log of each device plugin container that ended
+	// during the soak, by container ID; firstRestarts is the container's
+	// restart count when the soak began.
+	pluginLogs    map[string]string
+	firstRestarts int32
 }
 
 func newSoak(t *testing.T, d *simnode.Deployer) *soak {
-	return &soak{t: t, d: d, kills: map[string]int{}, killBack: map[string][]time.Duration{}, failed: map[string]string{}}
+	s := &soak{t: t, d: d, kills: map[string]int{}, killBack: map[string][]time.Duration{}, failed: map[string]string{}, pluginLogs: map[string]string{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := s.pluginContainer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.firstRestarts = c.RestartCount
+	return s
+}
+
+// pluginContainer is the device plugin's container status and its pod's name.
+func (s *soak) pluginContainer(ctx context.Context) (corev1.ContainerStatus, string, error) {
+	p, err := s.d.DaemonSetPod(ctx, simnode.DevicePlugin)
+	if err != nil {
+		return corev1.ContainerStatus{}, "", err
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == pluginContainerName {
+			return c, p.Name, nil
+		}
+	}
+	return corev1.ContainerStatus{}, "", fmt.Errorf("pod %s has no %s container status", p.Name, pluginContainerName)
+}
+
+// pluginContainerName is the device plugin DaemonSet's container (deploy/base).
+const pluginContainerName = "device-plugin"
+
+// keepEndedPluginLog reads the log of the device plugin container that
+// ended last (`kubectl logs --previous`), once per container: kubelet keeps
+// only the last ended container's log, and removes it at its next
+// container GC, so a SIGKILLed instance's Register attempts are otherwise
+// lost. Called after every soak step.
+func (s *soak) keepEndedPluginLog(ctx context.Context, label string) {
+	c, pod, err := s.pluginContainer(ctx)
+	if err != nil {
+		s.t.Errorf("%s: %v", label, err)
+		return
+	}
+	tm := c.LastTerminationState.Terminated
+	if tm == nil || tm.ContainerID == "" {
+		return
+	}
+	if _, kept := s.pluginLogs[tm.ContainerID]; kept {
+		return
+	}
+	log, err := s.podLog(ctx, pod, true)
+	if err != nil {
+		s.t.Errorf("%s: the ended device plugin container's log: %v", label, err)
+		return
+	}
+	s.pluginLogs[tm.ContainerID] = log
+}
+
+// podLog reads a device plugin pod's container log through the API
+// server, the previous (ended) container's when previous is set. Right
+// after a kubelet restart kubelet may not serve it yet: retried for up to
+// 30 s.
+func (s *soak) podLog(ctx context.Context, pod string, previous bool) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var out []byte
+	err := simnode.Poll(ctx, 250*time.Millisecond, func(ctx context.Context) error {
+		var err error
+		out, err = s.d.Kube().Client.CoreV1().Pods(simnode.Namespace).GetLogs(pod, &corev1.PodLogOptions{Container: pluginContainerName, Previous: previous}).DoRaw(ctx)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("logs of %s/%s (previous=%v): %w", simnode.Namespace, pod, previous, err)
+	}
+	return string(out), nil
 }
 
 // sampleEvery is how often a sampler scrapes /metrics; the latencies it
@@ -241,7 +318,7 @@ func (s *soak) report(took time.Duration, churned string, lost int64) {
 		t.Logf("    %s", w)
 	}
 	t.Logf("  GPUs lost from allocatable at the end: %d", lost)
-	t.Logf("  %s", s.registerFailures())
+	t.Logf("  %s", s.registerCalls())
 	names := slices.Sorted(func(yield func(string) bool) {
 		for n := range s.failed {
 			if !yield(n) {
@@ -267,38 +344,54 @@ func (s *soak) report(took time.Duration, churned string, lost int64) {
 	}
 }
 
-// registerFailures summarises the failed Register calls in the running
-// device plugin's log (since its last start).
-func (s *soak) registerFailures() string {
+// registerCalls counts the device plugin's Register calls, successful and
+// failed, in the log of every container instance the soak ran: those that
+// ended (kept by keepEndedPluginLog) and the running one. An instance whose
+// log was not read is an error, since the count would be short.
+func (s *soak) registerCalls() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := s.d.DaemonSetPod(ctx, simnode.DevicePlugin)
+	c, pod, err := s.pluginContainer(ctx)
 	if err != nil {
+		s.t.Errorf("device plugin log: %v", err)
 		return "device plugin log: " + err.Error()
 	}
-	out, err := s.d.Kube().Kubectl(ctx, "", "logs", "-n", simnode.Namespace, p.Name)
+	current, err := s.podLog(ctx, pod, false)
 	if err != nil {
+		s.t.Errorf("device plugin log: %v", err)
 		return "device plugin log: " + err.Error()
 	}
-	n := 0
+	logs := []string{current}
+	for _, l := range s.pluginLogs {
+		logs = append(logs, l)
+	}
+	if want := int(c.RestartCount-s.firstRestarts) + 1; len(logs) != want {
+		s.t.Errorf("read the logs of %d device plugin containers, but %d ran during the soak (restart count %d -> %d): the Register count misses some", len(logs), want, s.firstRestarts, c.RestartCount)
+	}
+	ok, failed := 0, 0
 	seen := map[string]bool{}
 	var first []string
-	for _, line := range strings.Split(out, "\n") {
-		if !strings.Contains(line, "register with kubelet failed") {
-			continue
-		}
-		n++
-		_, why, _ := strings.Cut(line, "register with kubelet failed")
-		why, _, _ = strings.Cut(why, "retry_in")
-		if len(why) > 400 {
-			why = why[:400] + "..."
-		}
-		if !seen[why] && len(first) < 3 {
-			seen[why] = true
-			first = append(first, why)
+	for _, log := range logs {
+		for _, line := range strings.Split(log, "\n") {
+			if strings.Contains(line, "registered with kubelet") {
+				ok++
+			}
+			if !strings.Contains(line, "register with kubelet failed") {
+				continue
+			}
+			failed++
+			_, why, _ := strings.Cut(line, "register with kubelet failed")
+			why, _, _ = strings.Cut(why, "retry_in")
+			if len(why) > 400 {
+				why = why[:400] + "..."
+			}
+			if !seen[why] && len(first) < 3 {
+				seen[why] = true
+				first = append(first, why)
+			}
 		}
 	}
-	return fmt.Sprintf("failed Register calls in the running device plugin's log: %d %q", n, first)
+	return fmt.Sprintf("Register calls in the device plugin's log, %d container instances (%d ended, read as the previous log): %d ok, %d failed %q", len(logs), len(logs)-1, ok, failed, first)
 }
 
 // kubeletGotRegister is when kubelet's log says it got the first Register
@@ -334,21 +427,14 @@ func (s *soak) kubeletLogged(from time.Time, msg string) (time.Time, bool) {
 // pluginLogged is when the running device plugin's log first has a line
 // containing msg at or after from (slog's time, text or JSON).
 func (s *soak) pluginLogged(ctx context.Context, from time.Time, msg string) (time.Time, bool) {
-	p, err := s.d.DaemonSetPod(ctx, simnode.DevicePlugin)
+	_, pod, err := s.pluginContainer(ctx)
 	if err != nil {
 		return time.Time{}, false
 	}
-	// Right after a kubelet restart kubelet may not serve the pod's log
-	// yet: retried for up to 30 s.
-	var out string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		if out, err = s.d.Kube().Kubectl(ctx, "", "logs", "-n", simnode.Namespace, p.Name); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			s.t.Logf("device plugin log: %v", err)
-			return time.Time{}, false
-		}
+	out, err := s.podLog(ctx, pod, false)
+	if err != nil {
+		s.t.Logf("device plugin log: %v", err)
+		return time.Time{}, false
 	}
 	for _, line := range strings.Split(out, "\n") {
 		if !strings.Contains(line, msg) {

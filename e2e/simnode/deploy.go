@@ -32,7 +32,7 @@ type Deployment struct {
 	Kustomization string
 }
 
-// Deploy writes the driver root for g, applies nvinject with the selected GPU
+// Deploy writes the driver root for g, gives the host g's device nodes, applies nvinject with the selected GPU
 // and waits until both DaemonSets are Ready and the node publishes one GPU.
 func (d *Deployer) Deploy(ctx context.Context, g GPUs) (Deployment, error) {
 	if g.NVML == "" {
@@ -47,6 +47,9 @@ func (d *Deployer) Deploy(ctx context.Context, g GPUs) (Deployment, error) {
 	}
 	if g.Selected < 0 || g.Selected >= len(gpus) {
 		return Deployment{}, fmt.Errorf("select GPU %d: the simulated host (%s) has %d GPUs", g.Selected, g.NVML, len(gpus))
+	}
+	if err := d.node.SetHostDevices(HostDevices(len(gpus))); err != nil {
+		return Deployment{}, fmt.Errorf("give the host the device nodes of %d simulated GPUs: %w", len(gpus), err)
 	}
 	dep := Deployment{GPUs: g, UUID: gpus[g.Selected].UUID, DeviceID: gpus[g.Selected].UUID, Kustomization: filepath.Join(d.node.RunDir(), "deploy", "nvinject")}
 	switch g.IDStrategy {

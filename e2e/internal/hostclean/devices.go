@@ -1,0 +1,104 @@
+package hostclean
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// CharDevice is a character device node on the host.
+type CharDevice struct {
+	Path         string
+	Major, Minor uint32
+}
+
+// EnsureDevices makes the host hold exactly want among the device nodes
+// listed in record: it creates each missing node (mode 0666, as NVIDIA's
+// driver does) and records it, and removes recorded nodes want no longer
+// names. A node that already exists as the same character device is used
+// and never recorded, so it outlives the caller; a path that exists as
+// anything else belongs to someone else and is an error.
+func EnsureDevices(record string, want []CharDevice) error {
+	created, err := recorded(record)
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, p := range created {
+		if slices.ContainsFunc(want, func(d CharDevice) bool { return d.Path == p }) {
+			keep = append(keep, p)
+		} else if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove device node %s this harness created: %w", p, err)
+		}
+	}
+	for _, d := range want {
+		var st unix.Stat_t
+		err := unix.Stat(d.Path, &st)
+		if err == nil {
+			if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != d.Major || unix.Minor(st.Rdev) != d.Minor {
+				return fmt.Errorf("%s exists but is not character device %d:%d: it is not this harness's; remove it or run where it is absent", d.Path, d.Major, d.Minor)
+			}
+			continue
+		}
+		if !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("stat %s: %w", d.Path, err)
+		}
+		// Record before creating, so a failure halfway leaves nothing unlisted.
+		keep = append(keep, d.Path)
+		if err := writeRecord(record, keep); err != nil {
+			return err
+		}
+		if err := unix.Mknod(d.Path, unix.S_IFCHR|0o666, int(unix.Mkdev(d.Major, d.Minor))); err != nil {
+			// Not ours after all (another process may have made it since the stat).
+			_ = writeRecord(record, keep[:len(keep)-1])
+			return fmt.Errorf("create device node %s (%d:%d; needs root): %w", d.Path, d.Major, d.Minor, err)
+		}
+		// mknod applies the umask.
+		if err := os.Chmod(d.Path, 0o666); err != nil {
+			return fmt.Errorf("chmod %s: %w", d.Path, err)
+		}
+	}
+	return writeRecord(record, keep)
+}
+
+// RemoveDevices removes the device nodes listed in record, then record.
+func RemoveDevices(record string) error {
+	created, err := recorded(record)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range created {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove device node %s this harness created: %w", p, err))
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(record); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func recorded(record string) ([]string, error) {
+	data, err := os.ReadFile(record)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the list of created device nodes: %w", err)
+	}
+	return strings.Fields(string(data)), nil
+}
+
+func writeRecord(record string, paths []string) error {
+	if err := os.WriteFile(record, []byte(strings.Join(paths, "\n")+"\n"), 0o644); err != nil {
+		return fmt.Errorf("record created device nodes in %s: %w", record, err)
+	}
+	return nil
+}
