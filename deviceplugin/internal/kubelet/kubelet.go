@@ -9,8 +9,9 @@
 // until kubelet restarts. So: a kubelet instance is its kubelet.sock file,
 // and the Register goes through a handle on that file, recording the one it
 // reached; no Register goes out while kubelet holds a ListAndWatch stream of
-// the plugin; a removed plugin socket (kubelet's start-up cleanup) or a
-// stream kubelet closes without restarting is a reason to register again;
+// the plugin; kubelet's stream gone, or the plugin's socket cleaned up
+// (kubelet's start-up cleanup) with no stream of kubelet's, is a reason to
+// register again;
 // and a path kubelet refuses is left for a fresh socket name. Changes are seen through inotify (fsnotify)
 // on the directory, with a poll as the fallback: every second while the
 // watch works, every 100 ms while it cannot be set up.
@@ -161,7 +162,8 @@ func (r *Registrar) Run(ctx context.Context) error {
 		regOpened uint64
 		lostAt    time.Time
 		// cleaned: the plugin socket was removed since that Register.
-		cleaned bool
+		cleaned   bool
+		cleanedAt time.Time
 
 		attemptedTo fileID
 		nextAttempt time.Time
@@ -202,9 +204,8 @@ func (r *Registrar) Run(ctx context.Context) error {
 				r.log.Warn("plugin socket removed or replaced; serving on a new one", "socket", r.Endpoint())
 				_ = ln.Close()
 				ln = nil
-				cleaned = true
-				if r.streams.open.Load() == 0 {
-					haveReg = false
+				if !cleaned {
+					cleaned, cleanedAt = true, time.Now()
 				}
 			}
 			newLn, id, err := r.listen()
@@ -224,19 +225,34 @@ func (r *Registrar) Run(ctx context.Context) error {
 
 		kid, present := statID(r.kubeletSocket())
 		open := r.streams.open.Load()
-		// kubelet closed the stream it opened after our Register: it dropped
-		// the plugin or it stopped. Unless the socket was cleaned up since,
-		// wait a moment first, since a stopping kubelet closes its streams
-		// before its socket goes.
-		lost := false
-		if haveReg && open == 0 && r.streams.opened.Load() > regOpened {
-			if lostAt.IsZero() {
-				lostAt = time.Now()
+		// After an accepted Register, kubelet has dropped the plugin when
+		// the stream it opened is gone (it dropped it, or it stopped: wait
+		// a moment, a stopping kubelet closes its streams before its socket
+		// goes), or when the plugin's socket was cleaned up, a starting
+		// kubelet's doing, and no stream of kubelet's came within that
+		// moment. A new kubelet.sock may reuse the old one's inode and ctime
+		// tick, so the cleanup is a signal of its own.
+		lost, why := false, ""
+		if haveReg && open == 0 {
+			var since time.Time
+			switch {
+			case r.streams.opened.Load() > regOpened:
+				if lostAt.IsZero() {
+					lostAt = time.Now()
+				}
+				since, why = lostAt, "kubelet closed the plugin's ListAndWatch stream"
+				if cleaned {
+					since = time.Time{}
+				}
+			case cleaned:
+				since, why = cleanedAt, "kubelet cleaned up the plugin's socket and opened no stream"
 			}
-			if wait := r.settle - time.Since(lostAt); wait > 0 && !cleaned {
-				retry = time.After(wait)
-			} else {
-				lost = true
+			if why != "" {
+				if wait := r.settle - time.Since(since); wait > 0 {
+					retry = time.After(wait)
+				} else {
+					lost = true
+				}
 			}
 		} else {
 			lostAt = time.Time{}
@@ -260,7 +276,7 @@ func (r *Registrar) Run(ctx context.Context) error {
 		default:
 			kubeletGone = false
 			if lost {
-				r.log.Warn("kubelet closed the plugin's ListAndWatch stream without restarting; registering again", "socket", r.Endpoint())
+				r.log.Warn(why+"; registering again", "socket", r.Endpoint())
 				haveReg, lostAt = false, time.Time{}
 				r.registered.Store(false)
 			}

@@ -2,8 +2,6 @@ package kubelet
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,29 +18,17 @@ import (
 // many polls and more than the stream settle time.
 const quiet = 300 * time.Millisecond
 
-var logOut = io.Discard
-
 // startRegistrar runs a registrar over the fake kubelet's directory with a
-// fast poll and settle, and stops it when the test ends.
+// fast poll and settle, hook (if any) between opening and dialing
+// kubelet.sock, and stops it when the test ends.
 func startRegistrar(t *testing.T, dir string, hook func()) *Registrar {
 	t.Helper()
-	stop := make(chan struct{})
-	r := New(dir, "p.sock", "nvidia.com/gpu", svc{stop: stop}, WithStopService(func() { close(stop) }), WithPoll(5*time.Millisecond), WithBackoff(time.Millisecond, 4*time.Millisecond),
-		WithLogger(slog.New(slog.NewTextHandler(logOut, nil))))
-	r.settle = 50 * time.Millisecond
-	if hook != nil {
-		r.dialHook = hook
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
+	return runRegistrar(t, dir, WithPoll(5*time.Millisecond), func(r *Registrar) {
+		r.settle = 50 * time.Millisecond
+		if hook != nil {
+			r.dialHook = hook
 		}
 	})
-	return r
 }
 
 // settled waits out the quiet period and fails unless kubelet k accepted

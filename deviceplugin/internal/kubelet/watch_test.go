@@ -15,8 +15,10 @@ import (
 // runRegistrar starts a registrar in dir and stops it when the test ends.
 func runRegistrar(t testing.TB, dir string, opts ...Option) *Registrar {
 	t.Helper()
-	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithBackoff(time.Millisecond, 4*time.Millisecond)}, opts...)
-	r := New(dir, "p.sock", "nvidia.com/gpu", svc{}, opts...)
+	stop := make(chan struct{})
+	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithBackoff(time.Millisecond, 4*time.Millisecond),
+		WithStopService(func() { close(stop) })}, opts...)
+	r := New(dir, "p.sock", "nvidia.com/gpu", svc{stop: stop}, opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
