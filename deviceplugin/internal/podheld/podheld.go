@@ -88,7 +88,18 @@ type Watcher struct {
 	ids     map[string]string
 	every   time.Duration
 	timeout time.Duration
+	grace   time.Duration
 }
+
+// DefaultGrace is how long a failing List keeps the last good answer: longer
+// than a kubelet restart (its PodResources socket is gone for under a
+// second), so a restart does not withhold every GPU while kubelet admits
+// pods again. No claim is prepared while kubelet is down, and nvinject-nri
+// still refuses a second holder.
+const DefaultGrace = 5 * time.Second
+
+// retryEvery is the poll period while List fails within the grace.
+const retryEvery = 100 * time.Millisecond
 
 // Option configures a Watcher.
 type Option func(*Watcher)
@@ -98,9 +109,13 @@ type Option func(*Watcher)
 // local gRPC call).
 func WithInterval(d time.Duration) Option { return func(w *Watcher) { w.every = d } }
 
+// WithGrace sets how long a failing List keeps the last good answer
+// (default DefaultGrace; 0 reports every failure at once).
+func WithGrace(d time.Duration) Option { return func(w *Watcher) { w.grace = d } }
+
 // New watches src's assignments of gpus.
 func New(l Lister, src Source, gpus []gpu.Device, opts ...Option) *Watcher {
-	w := &Watcher{list: l, src: src, ids: map[string]string{}, every: time.Second, timeout: 2 * time.Second}
+	w := &Watcher{list: l, src: src, ids: map[string]string{}, every: time.Second, timeout: 2 * time.Second, grace: DefaultGrace}
 	for _, g := range gpus {
 		if src.draDriver != "" {
 			w.ids[contract.DRADeviceName(g.Index)] = g.UUID
@@ -210,9 +225,15 @@ func (r Result) same(o Result) bool {
 // Run polls until ctx ends and calls set with every change, starting from
 // last (what the caller already knows, such as its own first Poll): new
 // holders, a failure (or another error than the last), or the first
-// success after failures.
+// success after failures. A failure within the grace after a good answer is
+// retried every 100 ms and reported only once the grace has passed; before
+// any good answer every failure is reported (fail closed).
 func (w *Watcher) Run(ctx context.Context, last Result, set func(Result)) {
-	t := time.NewTicker(w.every)
+	var goodAt time.Time
+	if last.Err == nil {
+		goodAt = time.Now()
+	}
+	t := time.NewTimer(w.every)
 	defer t.Stop()
 	for {
 		select {
@@ -224,9 +245,18 @@ func (w *Watcher) Run(ctx context.Context, last Result, set func(Result)) {
 		if ctx.Err() != nil {
 			return
 		}
-		if r := (Result{Holders: h, Err: err}); !r.same(last) {
+		next := w.every
+		r := Result{Holders: h, Err: err}
+		switch {
+		case err == nil:
+			goodAt = time.Now()
+		case !goodAt.IsZero() && time.Since(goodAt) < w.grace:
+			r, next = last, retryEvery
+		}
+		if !r.same(last) {
 			set(r)
 			last = r
 		}
+		t.Reset(next)
 	}
 }

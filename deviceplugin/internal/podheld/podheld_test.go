@@ -91,38 +91,59 @@ func TestPoll(t *testing.T) {
 
 // TestRun: set is called on each change only, a failed poll included
 // (the caller withholds every GPU until the next success).
+// Run reports each change; a failure right after a good answer is hidden
+// for the grace (a kubelet restart), one with no good answer before it or
+// past the grace is reported.
 func TestRun(t *testing.T) {
 	held := &podresv1.ListPodResourcesResponse{PodResources: []*podresv1.PodResources{pod("default", "vllm", devs("nvidia.com/gpu", "GPU-a"))}}
 	free := &podresv1.ListPodResourcesResponse{}
 	refused := errors.New("connection refused")
-	l := &lister{
-		resps: []*podresv1.ListPodResourcesResponse{held, held, nil, nil, free},
-		errs:  []error{nil, nil, refused, refused, nil},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	got := make(chan Result, 10)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		New(l, dp, gpus, WithInterval(time.Millisecond)).Run(ctx, Result{Holders: Holders{}}, func(r Result) { got <- r })
-	}()
 	vllm := Holders{"GPU-a": {{Pod: "default/vllm", Container: "main"}}}
-	for i, want := range []Result{{Holders: vllm}, {Err: refused}, {Holders: Holders{}}} {
-		select {
-		case r := <-got:
-			if !r.Holders.Equal(want.Holders) || (r.Err == nil) != (want.Err == nil) || (r.Err != nil && !errors.Is(r.Err, refused)) {
-				t.Errorf("change %d = %+v, want %+v", i, r, want)
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		start Result
+		resps []*podresv1.ListPodResourcesResponse
+		errs  []error
+		want  []Result
+	}{
+		{"no grace: every failure reported", 0, Result{Holders: Holders{}},
+			[]*podresv1.ListPodResourcesResponse{held, held, nil, nil, free}, []error{nil, nil, refused, refused, nil},
+			[]Result{{Holders: vllm}, {Err: refused}, {Holders: Holders{}}}},
+		{"a failure within the grace keeps the last answer", time.Minute, Result{Holders: Holders{}},
+			[]*podresv1.ListPodResourcesResponse{held, held, nil, nil, free}, []error{nil, nil, refused, refused, nil},
+			[]Result{{Holders: vllm}, {Holders: Holders{}}}},
+		{"before any good answer a failure is reported", time.Minute, Result{Err: refused},
+			[]*podresv1.ListPodResourcesResponse{nil, held}, []error{errors.New("other"), nil},
+			[]Result{{Err: refused}, {Holders: vllm}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &lister{resps: tc.resps, errs: tc.errs}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			got := make(chan Result, 10)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				New(l, dp, gpus, WithInterval(time.Millisecond), WithGrace(tc.grace)).Run(ctx, tc.start, func(r Result) { got <- r })
+			}()
+			for i, want := range tc.want {
+				select {
+				case r := <-got:
+					if !r.Holders.Equal(want.Holders) || (r.Err == nil) != (want.Err == nil) {
+						t.Errorf("change %d = %+v, want %+v", i, r, want)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("change %d never came", i)
+				}
 			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("change %d never came", i)
-		}
+			select {
+			case r := <-got:
+				t.Errorf("set called without a change: %+v", r)
+			case <-time.After(300 * time.Millisecond):
+			}
+			cancel()
+			<-done
+		})
 	}
-	select {
-	case r := <-got:
-		t.Errorf("set called without a change: %+v", r)
-	case <-time.After(50 * time.Millisecond):
-	}
-	cancel()
-	<-done
 }
