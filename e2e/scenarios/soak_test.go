@@ -194,7 +194,7 @@ func (s *soak) restartKubelet(ctx context.Context, label string) {
 		return
 	}
 	s.kubeletRestart = append(s.kubeletRestart, time.Since(t0))
-	created, err := ctime("/var/lib/kubelet/device-plugins/kubelet.sock")
+	created, err := createdSince(ctx, "/var/lib/kubelet/device-plugins/kubelet.sock", t0)
 	if err != nil {
 		s.t.Errorf("%s: %v", label, err)
 		return
@@ -230,7 +230,7 @@ func (s *soak) restartContainerd(ctx context.Context, label string) {
 		return
 	}
 	s.containerdRestart = append(s.containerdRestart, time.Since(t0))
-	created, err := ctime(s.d.Node().NRISocket())
+	created, err := createdSince(ctx, s.d.Node().NRISocket(), t0)
 	if err != nil {
 		smp.stop()
 		s.t.Errorf("%s: %v", label, err)

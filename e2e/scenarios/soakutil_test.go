@@ -212,6 +212,27 @@ func (smp *sampler) untilAfter(from time.Time, timeout time.Duration, cond func(
 
 // ctime is when the file at path was created or last changed: for a
 // socket, when its server bound it.
+// createdSince waits until path is a file made after t0 (a restarted
+// daemon's socket: the daemon may report healthy before it re-created it,
+// and the old file's ctime would date the restart from the previous one)
+// and returns its ctime.
+func createdSince(ctx context.Context, path string, t0 time.Time) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var at time.Time
+	err := simnode.Poll(ctx, 5*time.Millisecond, func(context.Context) error {
+		var err error
+		if at, err = ctime(path); err != nil {
+			return err
+		}
+		if !at.After(t0) {
+			return fmt.Errorf("%s not re-created since %s (ctime %s)", path, t0.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+		}
+		return nil
+	})
+	return at, err
+}
+
 func ctime(path string) (time.Time, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
