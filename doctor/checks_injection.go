@@ -42,7 +42,8 @@ func requiredPluginRefusal(msg string) bool {
 func checkInjection(e Evidence) Verdict {
 	var f finding
 	d, n := e.NRIPod, e.NRI
-	if d.known() {
+	// A pod that does not run is described in its problem below.
+	if d.running() {
 		f.fact("%s: %s", contract.NRIApp, d.describe())
 	}
 	if n.MetricsUnread == "" {
