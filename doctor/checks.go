@@ -58,9 +58,12 @@ var Checks = []Check{
 		DRASymptom: "pod bound but its claim is not prepared",
 		DRAReads:   "each claim's allocation (status.allocation.devices.results: driver, pool, device; reservedFor; the pod's extendedResourceClaimStatus or resourceClaimStatuses), FailedPrepareDynamicResources events, nvinject-dra's prepare metrics",
 		DRAEval:    checkDRAAllocate},
+	{Layer: LayerInjection, Symptom: "every GPU pod refused: nvinject-nri not connected to containerd",
+		Seed:  "`CreateContainerError` 提到 CDI/runtime → NRI plugin nvinject-nri (fail-closed)",
+		Reads: "nvinject-nri's pod on the node (state, waiting reason and message, last error, Warning events: FailedMount, BackOff, FailedCreatePodSandBox) and its " + contract.MetricNRIConnected + " metric, containers refused with containerd's `required plugin \"" + contract.NRIPluginName + "\" not present`", Eval: checkInjection},
 	{Layer: LayerCDIRuntime, Symptom: "CreateContainerError mentioning CDI/runtime",
 		Seed:  "`CreateContainerError` 提到 CDI/runtime → CDI spec、containerd handler、RuntimeClass",
-		Reads: "CDI spec files and whether pods' CDI names resolve (DRA: those of the allocated devices), the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's metrics and refusals", Eval: checkCDIRuntime},
+		Reads: "CDI spec files and whether pods' CDI names resolve (DRA: those of the allocated devices), the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's own refusals (refusals metric, \"nvinject:\" container errors)", Eval: checkCDIRuntime},
 	{Layer: LayerApplication, Symptom: "device present but CUDA init fails",
 		Seed:  "容器内有设备，vLLM CUDA 初始化失败 → Driver/用户态兼容、vLLM 参数和应用日志",
 		Reads: "the application pods' state and log tail (CUDA/NVML failure lines)", Eval: checkApplication},
@@ -137,7 +140,6 @@ const (
 	fixCDIDirs       = "add the dir to cdi_spec_dirs in containerd's config (nvinject's drop-in lists /etc/cdi and /var/run/cdi) and restart containerd"
 	fixRC            = "kubectl apply -k deploy (deploy/manifests/runtimeclass.yaml defines RuntimeClass nvidia with handler nvidia)"
 	fixHandler       = "install nvinject's containerd drop-in: nvinject-node install-containerd-config, then restart containerd (on nvkind: docker exec <worker> systemctl restart containerd)"
-	fixNRI           = "nvinject-nri is not connected: kubectl -n " + contract.Namespace + " logs ds/" + contract.NRIApp + "; check containerd's NRI is enabled and its socket (/var/run/nri/nri.sock) is mounted into the pod"
 	fixRefusal       = "nvinject-nri refused the container; its message says what differs (runtimeClassName, stale CDI spec, GPU UUID mismatch): correct that, then delete the pod"
 	fixProbeLib      = "the container lacks a library of the driver: regenerate the CDI spec from the driver root (the device plugin writes it; with --hook-binary the ld.so.cache and libcuda.so links are made too) and check the root holds that library (nvinject-cdi generate --driver-root=...)"
 	fixApp           = "the device is in the container but CUDA cannot use it: compare the driver version (nvidia-smi) with the CUDA the image needs, check vLLM's arguments (--gpu-memory-utilization, --max-model-len, model) and read the pod's log"
@@ -480,9 +482,6 @@ func nriFacts(n NRIEvidence, f *finding) {
 		f.fact("nvinject-nri metrics %s not read: %s", n.URL, n.MetricsUnread)
 	} else {
 		f.fact("nvinject-nri metrics: connected=%s refusals=%v", num(n.Connected), n.Refusals)
-		if n.Connected != nil && *n.Connected == 0 {
-			f.problem(fixNRI, "nvinject-nri is not connected to containerd's NRI")
-		}
 	}
 	if n.ErrorsUnread != "" {
 		f.unread("container errors on the node", n.ErrorsUnread)
@@ -490,6 +489,8 @@ func nriFacts(n NRIEvidence, f *finding) {
 	}
 	for _, c := range n.CreateErrors {
 		switch msg := c.Message; {
+		case requiredPluginRefusal(msg):
+			f.fact("%s %s: containerd refused it fail-closed (see the injection layer)", c.PodRef, c.Reason)
 		case strings.Contains(msg, "nvinject:"):
 			f.problem(fixRefusal, "nvinject-nri refused %s: %s", c.PodRef, msg)
 		case strings.Contains(strings.ToLower(msg), "cdi"):
@@ -553,6 +554,8 @@ func appPod(p AppPod, f *finding) {
 			continue
 		}
 		switch {
+		case c.State == "waiting" && requiredPluginRefusal(c.Message):
+			f.problem(fixRefusedApp, "%s %s: refused fail-closed because nvinject-nri is not connected: see the injection layer (containerd: %s)", ref, c.Reason, contract.Quote(c.Message))
 		case c.State == "terminated" && c.ExitCode != 0, c.Reason == "CrashLoopBackOff", c.Reason == "Error":
 			f.problem(fixApp, "%s %s %s exit=%d restarts=%d: %s%s", ref, c.State, c.Reason, c.ExitCode, c.Restarts, c.Message, lastLine(c.LogTail))
 		case c.State == "running" && c.Ready:

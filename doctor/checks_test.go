@@ -7,6 +7,10 @@ import (
 
 const uuid = "GPU-4f1c7a52-9b7e-4c1d-8a3e-000000000001"
 
+// refusedMsg is containerd's default validator refusing a GPU container
+// while nvinject-nri is not connected (kubelet's CreateContainerError).
+const refusedMsg = `failed to create containerd container: validator "00-default-validator" rejected container adjustment, reason: validation error: required plugin "nvinject" not present`
+
 func f64(v float64) *float64 { return &v }
 
 // healthy is the seed's working chain: one A100 selected, registered,
@@ -145,7 +149,9 @@ func TestEvaluate(t *testing.T) {
 			e.NRI.Refusals = map[string]float64{"runtime-class": 1}
 			e.NRI.CreateErrors = []PodMessage{{PodRef: PodRef{Namespace: "default", Name: "p", Container: "c"}, Reason: "CreateContainerError", Message: `nvinject: default/p/c requests nvidia.com/gpu but runs with runtime handler ""; set runtimeClassName: nvidia in the pod spec`}}
 		}, Broken, "nvinject-nri refused default/p[c]", "refused"},
-		{"NRI disconnected", LayerCDIRuntime, func(e *Evidence) { e.NRI.Connected = f64(0) }, Broken, "not connected", "nvinject-nri"},
+		{"NRI refusal by the default validator is the injection layer's", LayerCDIRuntime, func(e *Evidence) {
+			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: refusedMsg}}
+		}, OK, "refused it fail-closed (see the injection layer)", ""},
 		{"unrelated create error", LayerCDIRuntime, func(e *Evidence) {
 			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerConfigError", Message: `secret "x" not found`}}
 		}, OK, "not CDI/runtime", ""},
@@ -153,6 +159,13 @@ func TestEvaluate(t *testing.T) {
 			e.CDI = CDIEvidence{Dirs: e.CDI.Dirs, Unread: "no dir"}
 			e.Containerd = ContainerdEvidence{Unread: "no file"}
 		}, Unknown, "no file", "--containerd-config"},
+
+		{"injection ok", LayerInjection, nil, OK, "nvinject_nri_connected=1", ""},
+		{"NRI disconnected", LayerInjection, func(e *Evidence) { e.NRI.Connected = f64(0) }, Broken, "not connected to containerd (nvinject_nri_connected 0)", "dial error"},
+		{"refused though connected: plugin name differs", LayerInjection, func(e *Evidence) {
+			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: refusedMsg}}
+		}, Broken, "though nvinject-nri looks connected", "nri.pluginName"},
+		{"injection without metrics", LayerInjection, func(e *Evidence) { e.NRI.MetricsUnread = "connection refused" }, Unknown, "connection refused", "--nri-metrics"},
 
 		{"application ok", LayerApplication, nil, OK, "running and ready", ""},
 		{"CUDA init fails", LayerApplication, func(e *Evidence) {
@@ -199,7 +212,7 @@ func TestHealthyChain(t *testing.T) {
 			t.Errorf("%s = %s: %v", v.Layer, v.Status, v.Evidence)
 		}
 	}
-	if len(r.Verdicts) != 7 || len(r.Broken()) != 0 {
+	if len(r.Verdicts) != 8 || len(r.Broken()) != 0 {
 		t.Errorf("verdicts %d broken %v", len(r.Verdicts), r.Broken())
 	}
 }

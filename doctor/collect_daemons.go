@@ -3,6 +3,8 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,7 +55,7 @@ func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, 
 		ev.Restarts += cs.RestartCount
 		ev.Ready = cs.Ready
 		if w := cs.State.Waiting; w != nil {
-			ev.Waiting = w.Reason
+			ev.Waiting, ev.WaitingMessage = w.Reason, cutTail(w.Message)
 		}
 		if t := cs.State.Terminated; t != nil {
 			ev.LastError = terminationText(t)
@@ -61,7 +63,52 @@ func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, 
 			ev.LastError = terminationText(t)
 		}
 	}
+	if !ev.running() {
+		ev.Events = daemonEvents(ctx, c, pod)
+	}
 	return ev
+}
+
+// maxDaemonEvents bounds how many of a daemon pod's events are quoted.
+const maxDaemonEvents = contract.MaxListed
+
+// daemonEvents are pod's latest Warning events, one per reason, newest
+// first: kubelet's and the runtime's words for why the pod does not run
+// (FailedMount, FailedCreatePodSandBox, BackOff). An unreadable list
+// leaves them out; the pod's state still says it does not run.
+func daemonEvents(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) []DaemonEvent {
+	list, err := c.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.name", pod.Name), fields.OneTermEqualSelector("type", corev1.EventTypeWarning)).String()})
+	if err != nil {
+		return nil
+	}
+	latest := map[string]corev1.Event{}
+	// The guard repeats the field selector for API fakes that ignore it.
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name != pod.Name || e.InvolvedObject.Kind != "Pod" || e.Type != corev1.EventTypeWarning {
+			continue
+		}
+		if old, ok := latest[e.Reason]; !ok || eventTime(e).After(eventTime(old).Time) {
+			latest[e.Reason] = e
+		}
+	}
+	events := slices.Collect(maps.Values(latest))
+	slices.SortFunc(events, func(a, b corev1.Event) int { return eventTime(b).Compare(eventTime(a).Time) })
+	var out []DaemonEvent
+	for _, e := range events[:min(len(events), maxDaemonEvents)] {
+		out = append(out, DaemonEvent{Reason: e.Reason, Message: cutTail(e.Message)})
+	}
+	return out
+}
+
+// cutTail bounds a message quoted from a pod, keeping its end, where the
+// error usually is.
+func cutTail(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > maxDaemonMessage {
+		return "…" + s[len(s)-maxDaemonMessage:]
+	}
+	return s
 }
 
 func joinHostPort(ip string, port int) string {
@@ -74,10 +121,7 @@ func joinHostPort(ip string, port int) string {
 // terminationText is a terminated container's reason, exit code and the
 // last lines of its message, bounded.
 func terminationText(t *corev1.ContainerStateTerminated) string {
-	msg := strings.TrimSpace(t.Message)
-	if len(msg) > maxDaemonMessage {
-		msg = "…" + msg[len(msg)-maxDaemonMessage:]
-	}
+	msg := cutTail(t.Message)
 	s := fmt.Sprintf("%s (exit code %d)", t.Reason, t.ExitCode)
 	if msg != "" {
 		s += ": " + msg
@@ -105,8 +149,14 @@ func (d DaemonEvidence) describe() string {
 	if d.Waiting != "" {
 		s += " waiting=" + d.Waiting
 	}
+	if d.WaitingMessage != "" {
+		s += " " + strconv.Quote(d.WaitingMessage)
+	}
 	if d.LastError != "" {
 		s += "; last run ended " + d.LastError
+	}
+	for _, e := range d.Events {
+		s += fmt.Sprintf("; event %s: %s", e.Reason, e.Message)
 	}
 	return s
 }

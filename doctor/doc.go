@@ -1,5 +1,5 @@
 // Package doctor walks the chain of one nvidia.com/gpu request (driver →
-// device plugin → scheduler → kubelet Allocate → CDI/containerd/NRI →
+// device plugin → scheduler → kubelet Allocate → NRI plugin → CDI/containerd →
 // application) on a node and gives each row of the seed's troubleshooting
 // table a verdict: ok, broken or unknown, with the evidence it read and
 // the fix.
@@ -22,12 +22,17 @@
 //	GPU taken by another pod                  scheduling    broken  pending pod's "Insufficient nvidia.com/gpu" and the
 //	                                                                holders / delete or scale down the holder
 //	Allocate fails in the plugin              allocate      broken  pod status "Allocate failed" / plugin logs, re-register
+//	nvinject-nri not connected (pod Pending   injection     broken  its pod's waiting reason, last error and events (FailedMount
+//	  on a missing hostPath, crash-looping,                         with the path), nvinject_nri_connected 0, GPU pods refused
+//	  no pod, disconnected)                                         "required plugin "nvinject" not present" / the DaemonSet
+//	                                                                volume to set, nvinject-nri logs; the refused pods' application
+//	                                                                layer points here
 //	unresolvable CDI name (spec removed or    cdi-runtime   broken  name resolves to no device, CreateContainerError text /
 //	  stale, selected UUID not in the spec)                         restart the plugin to rewrite its spec
 //	RuntimeClass nvidia missing / no nvidia   cdi-runtime   broken  RuntimeClass or containerd handler absent /
 //	  handler in containerd                                         kubectl apply -k deploy, nvinject-node install-containerd-config
 //	NRI refusal (wrong runtimeClassName,      cdi-runtime   broken  "nvinject: ..." in the container error, refusal metrics /
-//	  UUID mismatch) or plugin disconnected                         the refusal's own fix, nvinject-nri logs
+//	  UUID mismatch)                                                the refusal's own fix
 //	CUDA cannot initialise / app crashes      application   broken  CUDA error line or exit code from the pod log /
 //	                                                                driver vs CUDA version, vLLM arguments
 //

@@ -101,7 +101,7 @@ func TestRunDRA(t *testing.T) {
 		// evidence and fix each layer's verdict must contain.
 		evidence, fix map[Layer]string
 	}{
-		{name: "healthy", want: map[Layer]Status{LayerDriver: OK, LayerRegistration: OK, LayerHealth: OK, LayerScheduling: OK, LayerAllocate: OK, LayerCDIRuntime: OK, LayerApplication: OK},
+		{name: "healthy", want: map[Layer]Status{LayerDriver: OK, LayerRegistration: OK, LayerHealth: OK, LayerScheduling: OK, LayerAllocate: OK, LayerInjection: OK, LayerCDIRuntime: OK, LayerApplication: OK},
 			evidence: map[Layer]string{
 				LayerRegistration: "DeviceClass gpu.nvinject.io serves extended resource nvidia.com/gpu",
 				LayerHealth:       "default/vllm-demo-1[vllm]: claim:container-0-request-0 nvidia.com/gpu=" + uuid + " Healthy",
@@ -116,6 +116,14 @@ func TestRunDRA(t *testing.T) {
 			want:     map[Layer]Status{LayerRegistration: Broken},
 			evidence: map[Layer]string{LayerRegistration: "nvinject-dra is not running on " + nodeName + ": pod " + contract.Namespace + "/nvinject-dra-x1 Running ready=false restarts=4 waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + crash},
 			fix:      map[Layer]string{LayerRegistration: "correct what the daemon's last error says"}},
+		{name: "nvinject-nri cannot mount the NRI socket dir on a DRA node", change: func(w *draWorld) {
+			p := nriPending()
+			w.daemons[1] = p[0].(*corev1.Pod)
+			w.extra = append(w.extra, p[1])
+		},
+			want:     map[Layer]Status{LayerRegistration: OK, LayerAllocate: OK, LayerInjection: Broken},
+			evidence: map[Layer]string{LayerInjection: "event FailedMount: " + nriMountFailed},
+			fix:      map[Layer]string{LayerInjection: "volume nri-socket"}},
 		{name: "not registered", metrics: strings.Replace(draText, "registered 1", "registered 0", 1), change: func(w *draWorld) { w.slice = nil },
 			want:     map[Layer]Status{LayerRegistration: Broken},
 			evidence: map[Layer]string{LayerRegistration: "kubelet has not accepted gpu.nvinject.io's registration (nvinject_dra_registered=0)"},

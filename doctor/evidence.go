@@ -236,14 +236,26 @@ type AppEvidence struct {
 // DaemonEvidence is one nvinject daemon's pod on the node, found through
 // the API server.
 type DaemonEvidence struct {
-	App        string `json:"app"`
-	Namespace  string `json:"namespace"`
-	Unread     string `json:"unread,omitempty"`
-	Pod        string `json:"pod,omitempty"`
-	Phase      string `json:"phase,omitempty"`
-	Ready      bool   `json:"ready"`
-	Restarts   int32  `json:"restarts"`
-	Waiting    string `json:"waiting,omitempty"`
-	LastError  string `json:"lastError,omitempty"`
-	MetricsURL string `json:"metricsUrl,omitempty"`
+	App       string `json:"app"`
+	Namespace string `json:"namespace"`
+	Unread    string `json:"unread,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Phase     string `json:"phase,omitempty"`
+	Ready     bool   `json:"ready"`
+	Restarts  int32  `json:"restarts"`
+	Waiting   string `json:"waiting,omitempty"`
+	// WaitingMessage is kubelet's or the runtime's message for Waiting.
+	WaitingMessage string `json:"waitingMessage,omitempty"`
+	LastError      string `json:"lastError,omitempty"`
+	MetricsURL     string `json:"metricsUrl,omitempty"`
+	// Events are the pod's latest Warning events, one per reason (read
+	// only while the pod does not run): FailedMount names a missing
+	// hostPath, FailedCreatePodSandBox the runtime's error.
+	Events []DaemonEvent `json:"events,omitempty"`
+}
+
+// DaemonEvent is one Warning event of a daemon's pod, bounded.
+type DaemonEvent struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
 }

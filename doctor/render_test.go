@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +50,26 @@ func TestJSONFieldNames(t *testing.T) {
 		if _, ok := m[k]; !ok {
 			t.Errorf("report JSON lacks %q", k)
 		}
+	}
+}
+
+// TestExplainInReadme: README.md's "What each layer checks" block is the
+// binary's --explain output, so a new or renamed layer updates both.
+func TestExplainInReadme(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "## What each layer checks (`nvinject-doctor --explain`)\n\n```text\n")
+	block, _, fenced := strings.Cut(block, "```")
+	if !ok || !fenced {
+		t.Fatal("README.md has no --explain block")
+	}
+	var b bytes.Buffer
+	if err := WriteExplain(&b); err != nil {
+		t.Fatal(err)
+	}
+	if block != b.String() {
+		t.Errorf("README.md's --explain block differs from WriteExplain; paste the output of nvinject-doctor --explain:\n%s", b.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -22,6 +23,10 @@ import (
 	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/shared/contract"
 )
+
+// nriDialErr is nvinject-nri's last error when containerd's NRI socket is
+// not there (its termination message, FallbackToLogsOnError).
+var nriDialErr = `level=ERROR msg="nvinject-nri failed" error="connect to NRI socket /var/run/nri/nri.sock: dial unix /var/run/nri/nri.sock: connect: no such file or directory"`
 
 const (
 	nodeName   = "nvinject-sim-worker"
@@ -126,6 +131,39 @@ func daemonPod(app string, lastMessage *string) *corev1.Pod {
 	}
 }
 
+// nriMountFailed is nvinject-nri's pod stuck Pending because kubelet cannot
+// mount the node's NRI socket dir, with kubelet's FailedMount event.
+const nriMountFailed = `MountVolume.SetUp failed for volume "nri-socket" : hostPath type check failed: /var/run/nri is not a directory`
+
+func nriPending() []runtime.Object {
+	p := daemonPod(contract.NRIApp, nil)
+	p.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "nri",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}}
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: p.Name + ".mount", Namespace: p.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name},
+		Type:           corev1.EventTypeWarning, Reason: "FailedMount", Message: nriMountFailed}
+	return []runtime.Object{p, ev}
+}
+
+// withNRI is cluster(uuid, extra...) with nvinject-nri's pod replaced (nil
+// pod: none on the node).
+func withNRI(nri []runtime.Object, extra ...runtime.Object) *fake.Clientset {
+	c := cluster(uuid, extra...)
+	c.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), contract.Namespace, contract.NRIApp+"-x1")
+	for _, o := range nri {
+		c.Tracker().Add(o)
+	}
+	return c
+}
+
+// refusedGPUPod is a GPU pod containerd refuses fail-closed.
+func refusedGPUPod() *corev1.Pod {
+	p := gpuPod("vllm-refused", nodeName, corev1.PodPending)
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "vllm",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError", Message: refusedMsg}}}}
+	return p
+}
+
 func TestRun(t *testing.T) {
 	pending := gpuPod("second", "", corev1.PodPending)
 	pending.Labels = nil
@@ -146,8 +184,14 @@ func TestRun(t *testing.T) {
 		remote    bool
 		noMetrics bool
 		probe     string
-		want      map[Layer]Status
-		evidence  map[Layer]string
+		// nriMetrics, when set, is what nvinject-nri's /metrics serves.
+		nriMetrics string
+		want       map[Layer]Status
+		evidence   map[Layer]string
+		fix        map[Layer]string
+		// firstBroken is the first broken layer, the one the table says to
+		// fix first; set, the report must have one (exit status 1).
+		firstBroken Layer
 	}{
 		{name: "healthy", client: cluster(uuid),
 			want: map[Layer]Status{LayerDriver: OK, LayerRegistration: OK, LayerHealth: OK, LayerScheduling: OK, LayerAllocate: OK, LayerCDIRuntime: OK, LayerApplication: OK}},
@@ -177,6 +221,32 @@ func TestRun(t *testing.T) {
 		{name: "probe not in the image", client: cluster(uuid), probe: "-",
 			want:     map[Layer]Status{LayerApplication: OK},
 			evidence: map[Layer]string{LayerApplication: "no in-container probe"}},
+		{name: "nvinject-nri cannot mount the NRI socket dir", client: withNRI(nriPending()),
+			want:     map[Layer]Status{LayerInjection: Broken},
+			evidence: map[Layer]string{LayerInjection: "nvinject-nri is not running on " + nodeName + ", so containerd refuses every GPU pod there (fail-closed): pod nvidia-device-plugin/nvinject-nri-x1 Pending ready=false restarts=0 waiting=ContainerCreating; event FailedMount: " + nriMountFailed},
+			fix:      map[Layer]string{LayerInjection: "set its hostPath in the nvinject-nri DaemonSet (volume nri-socket in deploy/base/nri-daemonset.yaml"}},
+		{name: "nvinject-nri crash-loops", client: withNRI([]runtime.Object{daemonPod(contract.NRIApp, &nriDialErr)}),
+			want:     map[Layer]Status{LayerInjection: Broken},
+			evidence: map[Layer]string{LayerInjection: "waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + nriDialErr},
+			fix:      map[Layer]string{LayerInjection: "correct what the daemon's last error says"}},
+		{name: "nvinject-nri runs, not connected", client: cluster(uuid), nriMetrics: "nvinject_nri_connected 0\n",
+			want:     map[Layer]Status{LayerInjection: Broken, LayerCDIRuntime: OK},
+			evidence: map[Layer]string{LayerInjection: "nvinject-nri is not connected to containerd (nvinject_nri_connected 0)"},
+			fix:      map[Layer]string{LayerInjection: "containerd's NRI is enabled"}},
+		{name: "nvinject-nri runs and is connected", client: cluster(uuid),
+			want:     map[Layer]Status{LayerInjection: OK},
+			evidence: map[Layer]string{LayerInjection: "nvinject-nri is connected to containerd's NRI"}},
+		{name: "no nvinject-nri pod on the node", client: withNRI(nil),
+			want:     map[Layer]Status{LayerInjection: Broken},
+			evidence: map[Layer]string{LayerInjection: "no nvinject-nri pod on " + nodeName},
+			fix:      map[Layer]string{LayerInjection: "does not select the node"}},
+		{name: "GPU pod refused while nvinject-nri cannot mount", client: withNRI(nriPending(), refusedGPUPod()),
+			want: map[Layer]Status{LayerAllocate: OK, LayerInjection: Broken, LayerCDIRuntime: OK, LayerApplication: Broken},
+			evidence: map[Layer]string{
+				LayerInjection:   "containerd refused default/vllm-refused[vllm] fail-closed: " + strconv.Quote(refusedMsg),
+				LayerApplication: "default/vllm-refused[vllm] CreateContainerError: refused fail-closed because nvinject-nri is not connected: see the injection layer"},
+			fix:         map[Layer]string{LayerInjection: "volume nri-socket", LayerApplication: "fix the injection layer (nvinject-nri) first"},
+			firstBroken: LayerInjection},
 		{name: "node only", noKube: true,
 			want: map[Layer]Status{LayerDriver: OK, LayerRegistration: Unknown, LayerHealth: OK, LayerScheduling: Unknown, LayerAllocate: Unknown, LayerCDIRuntime: Unknown, LayerApplication: Unknown}},
 		{name: "remote", client: cluster(uuid), remote: true,
@@ -200,6 +270,11 @@ func TestRun(t *testing.T) {
 			if tt.client != nil {
 				o.Client = tt.client
 			}
+			if tt.nriMetrics != "" {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(tt.nriMetrics)) }))
+				t.Cleanup(srv.Close)
+				o.NRIMetrics = srv.URL
+			}
 			r, err := Run(context.Background(), o)
 			if err != nil {
 				t.Fatal(err)
@@ -209,6 +284,12 @@ func TestRun(t *testing.T) {
 				if v.Status != want || !strings.Contains(strings.Join(v.Evidence, "\n"), tt.evidence[layer]) {
 					t.Errorf("%s = %s, want %s with %q\n%s", layer, v.Status, want, tt.evidence[layer], strings.Join(v.Evidence, "\n"))
 				}
+				if !strings.Contains(v.Fix, tt.fix[layer]) || (want == Broken && v.Fix == "") {
+					t.Errorf("%s fix %q, want it to contain %q", layer, v.Fix, tt.fix[layer])
+				}
+			}
+			if b := r.Broken(); tt.firstBroken != "" && (len(b) == 0 || b[0] != tt.firstBroken) {
+				t.Errorf("broken layers %v, want %s first", b, tt.firstBroken)
 			}
 		})
 	}

@@ -24,6 +24,7 @@ const (
 	LayerHealth       Layer = "health"
 	LayerScheduling   Layer = "scheduling"
 	LayerAllocate     Layer = "allocate"
+	LayerInjection    Layer = "injection"
 	LayerCDIRuntime   Layer = "cdi-runtime"
 	LayerApplication  Layer = "application"
 )

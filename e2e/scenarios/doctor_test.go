@@ -71,7 +71,7 @@ func waitDoctor(t *testing.T, ctx context.Context, layer doctor.Layer, mod func(
 func TestDoctorHealthyNode(t *testing.T) {
 	ctx := testCtx(t)
 	r := runDoctor(t, ctx, nil)
-	for _, l := range []doctor.Layer{doctor.LayerDriver, doctor.LayerRegistration, doctor.LayerHealth, doctor.LayerScheduling, doctor.LayerAllocate, doctor.LayerCDIRuntime} {
+	for _, l := range []doctor.Layer{doctor.LayerDriver, doctor.LayerRegistration, doctor.LayerHealth, doctor.LayerScheduling, doctor.LayerAllocate, doctor.LayerInjection, doctor.LayerCDIRuntime} {
 		if v, _ := r.Verdict(l); v.Status != doctor.OK {
 			t.Errorf("doctor on the healthy node: %s is %s: %v %s", l, v.Status, v.Evidence, v.Fix)
 		}

@@ -133,7 +133,7 @@ func TestDRA(t *testing.T) {
 
 		r := runDoctor(t, ctx, nil)
 		wantBroken(t, r, doctor.LayerScheduling, "pod "+ns+"/dra-second Pending: 0/1 nodes are available", "every GPU on the node is allocated")
-		for _, l := range []doctor.Layer{doctor.LayerDriver, doctor.LayerRegistration, doctor.LayerHealth, doctor.LayerAllocate, doctor.LayerCDIRuntime, doctor.LayerApplication} {
+		for _, l := range []doctor.Layer{doctor.LayerDriver, doctor.LayerRegistration, doctor.LayerHealth, doctor.LayerAllocate, doctor.LayerInjection, doctor.LayerCDIRuntime, doctor.LayerApplication} {
 			if v, _ := r.Verdict(l); v.Status != doctor.OK {
 				t.Errorf("doctor on the DRA node: %s is %s, want ok: %v (fix: %s)", l, v.Status, v.Evidence, v.Fix)
 			}

@@ -53,7 +53,7 @@ func TestRun(t *testing.T) {
 				var r struct {
 					Verdicts []struct{ Layer, Status string }
 				}
-				if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Verdicts) != 7 || r.Verdicts[0].Status != "broken" {
+				if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Verdicts) != 8 || r.Verdicts[0].Status != "broken" {
 					t.Errorf("json = %+v, %v", r, err)
 				}
 			}
