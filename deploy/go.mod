@@ -3,6 +3,7 @@ module github.com/nvinject/nvinject/deploy
 go 1.26.8
 
 require (
+	github.com/google/cel-go v0.29.2
 	github.com/pelletier/go-toml/v2 v2.4.3
 	helm.sh/helm/v3 v3.22.0
 	sigs.k8s.io/kustomize/api v0.21.2
@@ -11,8 +12,13 @@ require (
 )
 
 require (
+	cel.dev/expr v0.25.1 // indirect
+	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
+	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260526163538-3dc84a4a5aaa // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	tags.cncf.io/container-device-interface v1.1.2 // indirect
 	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
 )

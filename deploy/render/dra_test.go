@@ -204,8 +204,8 @@ func TestDRAClaimExample(t *testing.T) {
 }
 
 // TestHelmModes: mode=by-label renders the dra-node overlay's DaemonSets;
-// mode=dra has nvinject-dra and no device plugin; the default has no DRA
-// objects.
+// mode=dra has the overlay's nvinject-dra and no device plugin; the default
+// has no DRA objects.
 func TestHelmModes(t *testing.T) {
 	render := func(values map[string]any) (draObjects, objects) {
 		t.Helper()
@@ -237,8 +237,14 @@ func TestHelmModes(t *testing.T) {
 	if _, ok := dra.daemonSets[devicePlugin]; ok || len(dra.daemonSets) != 2 {
 		t.Errorf("mode=dra renders DaemonSets %v; want nvinject-dra and the NRI plugin only", len(dra.daemonSets))
 	}
-	if sel := dra.daemonSets[draDaemonSet].Spec.Template.Spec.NodeSelector; sel["nvinject.io/gpu-mode"] != "" {
-		t.Errorf("mode=dra nodeSelector %v needs no mode label", sel)
+	// The overlays' nvinject-dra: selected by nvinject.io/gpu-mode=dra and
+	// told so by --owner-label, so unlabeling a node deletes its slices at
+	// once rather than kubelet 30 s after the plugin is gone.
+	if hds, kds := dra.daemonSets[draDaemonSet], k.daemonSets[draDaemonSet]; !reflect.DeepEqual(important(hds), important(kds)) {
+		t.Errorf("mode=dra: DaemonSet %s differs from overlays/dra-node's:\nhelm      %+v\nkustomize %+v", draDaemonSet, important(hds), important(kds))
+	}
+	if !slices.Contains(dra.daemonSets[draDaemonSet].Spec.Template.Spec.Containers[0].Args, "--owner-label=nvinject.io/gpu-mode") {
+		t.Errorf("mode=dra: nvinject-dra has no --owner-label=nvinject.io/gpu-mode")
 	}
 	nd, def := render(nil)
 	if len(nd.classes)+len(nd.roles) != 0 || len(def.daemonSets) != 2 {

@@ -19,7 +19,8 @@ func helm(t *testing.T, values map[string]any) objects {
 
 // TestHelmMatchesKustomize: for the base and the local-sim overlay, the
 // chart with the matching values renders the same DaemonSets (pod specs,
-// selectors, update strategy), ConfigMap, RuntimeClass and admission policy.
+// selectors, update strategy), ConfigMap, RuntimeClass and admission
+// policies.
 func TestHelmMatchesKustomize(t *testing.T) {
 	tests := []struct {
 		dir    string
@@ -68,6 +69,9 @@ func TestHelmMatchesKustomize(t *testing.T) {
 			}
 			if !reflect.DeepEqual(h.policies[0].Spec, k.policies[0].Spec) || !reflect.DeepEqual(h.bindings[0].Spec, k.bindings[0].Spec) {
 				t.Errorf("admission policy differs:\nhelm      %+v\nkustomize %+v", h.policies[0].Spec, k.policies[0].Spec)
+			}
+			if !reflect.DeepEqual(h.mutators[0].Spec, k.mutators[0].Spec) || !reflect.DeepEqual(h.mutatorBind[0].Spec, k.mutatorBind[0].Spec) {
+				t.Errorf("mutating admission policy differs:\nhelm      %+v\nkustomize %+v", h.mutators[0].Spec, k.mutators[0].Spec)
 			}
 		})
 	}

@@ -26,6 +26,8 @@ type objects struct {
 	runtimes    []nodev1.RuntimeClass
 	policies    []admissionv1.ValidatingAdmissionPolicy
 	bindings    []admissionv1.ValidatingAdmissionPolicyBinding
+	mutators    []admissionv1.MutatingAdmissionPolicy
+	mutatorBind []admissionv1.MutatingAdmissionPolicyBinding
 	deployments []appsv1.Deployment
 	services    []corev1.Service
 	pods        []corev1.Pod
@@ -65,6 +67,10 @@ func decode(t *testing.T, stream []byte) objects {
 			obj, err = into(doc, &o.policies)
 		case "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding":
 			obj, err = into(doc, &o.bindings)
+		case "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy":
+			obj, err = into(doc, &o.mutators)
+		case "admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding":
+			obj, err = into(doc, &o.mutatorBind)
 		case "apps/v1/Deployment":
 			obj, err = into(doc, &o.deployments)
 		case "v1/Service":

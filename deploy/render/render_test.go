@@ -106,6 +106,9 @@ func TestKustomizeObjects(t *testing.T) {
 			if len(o.policies) != 1 || len(o.bindings) != 1 || o.bindings[0].Spec.PolicyName != o.policies[0].Name {
 				t.Errorf("admission policy %+v not bound by %+v", o.policies, o.bindings)
 			}
+			if len(o.mutators) != 1 || len(o.mutatorBind) != 1 || o.mutatorBind[0].Spec.PolicyName != o.mutators[0].Name {
+				t.Errorf("mutating admission policy %+v not bound by %+v", o.mutators, o.mutatorBind)
+			}
 			if len(o.daemonSets) != 2 {
 				t.Fatalf("daemonSets = %v, want %s and %s", len(o.daemonSets), devicePlugin, nri)
 			}

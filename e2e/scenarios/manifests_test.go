@@ -32,8 +32,11 @@ func TestManifestsPassServerDryRun(t *testing.T) {
 	}
 }
 
-// The admission policy is the first half of failing closed: an nvidia pod
-// without the required-plugins annotation never reaches containerd.
+// The admission policies are the first half of failing closed: an nvidia
+// or GPU pod reaches containerd only with the required-plugins annotation
+// naming nvinject. The mutating policy adds it to pods that name no
+// required plugins; the validating one refuses, with its reason, pods whose
+// own annotations drop nvinject or override it per container.
 func TestAdmissionPolicyRequiresNRIAnnotation(t *testing.T) {
 	d := need(t)
 	ctx := testCtx(t)
@@ -51,27 +54,39 @@ metadata:
     command: ["true"]
 `
 	}
-	out, err := d.Kube().Kubectl(ctx, pod(""), "apply", "--dry-run=server", "-f", "-")
-	if err == nil || !strings.Contains(out, "nvinject-require-nri-plugin") || !strings.Contains(out, "required-plugins.noderesource.dev/pod") {
-		t.Fatalf("an nvidia pod without the annotation was not denied by the policy: %v\n%s", err, out)
+	const want = `required-plugins.noderesource.dev/pod: '["nvinject"]'`
+	admitted := func(what, manifest string, annotated bool) {
+		t.Helper()
+		out, err := d.Kube().Kubectl(ctx, manifest, "apply", "--dry-run=server", "-o", "yaml", "-f", "-")
+		if err != nil {
+			t.Fatalf("%s was denied: %v\n%s", what, err, out)
+		}
+		if strings.Contains(out, want) != annotated {
+			t.Errorf("%s admitted; carries %s: %v, want %v:\n%s", what, want, !annotated, annotated, out)
+		}
 	}
-	ok := "  annotations:\n    required-plugins.noderesource.dev/pod: '[\"nvinject\"]'\n"
-	if out, err := d.Kube().Kubectl(ctx, pod(ok), "apply", "--dry-run=server", "-f", "-"); err != nil {
-		t.Fatalf("an annotated nvidia pod was denied: %v\n%s", err, out)
+	denied := func(what, manifest string) {
+		t.Helper()
+		out, err := d.Kube().Kubectl(ctx, manifest, "apply", "--dry-run=server", "-f", "-")
+		if err == nil || !strings.Contains(out, "nvinject-require-nri-plugin") || !strings.Contains(out, "container-scoped override") {
+			t.Errorf("%s was not denied by the validating policy with its reason: %v\n%s", what, err, out)
+		}
 	}
-	override := ok + "    required-plugins.noderesource.dev/container.main: '[]'\n"
-	if out, err := d.Kube().Kubectl(ctx, pod(override), "apply", "--dry-run=server", "-f", "-"); err == nil {
-		t.Fatalf("a container-scoped override of the required plugins was admitted:\n%s", out)
+	admitted("an nvidia pod without annotations", pod(""), true)
+	other := "  annotations:\n    team: ml\n"
+	out, err := d.Kube().Kubectl(ctx, pod(other), "apply", "--dry-run=server", "-o", "yaml", "-f", "-")
+	if err != nil || !strings.Contains(out, want) || !strings.Contains(out, "team: ml") {
+		t.Errorf("an nvidia pod with another annotation: want both annotations, got %v\n%s", err, out)
 	}
-	// A GPU request without the RuntimeClass needs the annotation too: while
+	ok := "  annotations:\n    " + want + "\n"
+	admitted("an annotated nvidia pod", pod(ok), true)
+	denied("a pod annotation dropping nvinject", pod("  annotations:\n    required-plugins.noderesource.dev/pod: '[\"other\"]'\n"))
+	denied("a container-scoped override", pod("  annotations:\n    required-plugins.noderesource.dev/container.main: '[]'\n"))
+	denied("a container-scoped override beside the pod annotation", pod(ok+"    required-plugins.noderesource.dev/container.main: '[]'\n"))
+	// A GPU request without the RuntimeClass gets the annotation too: while
 	// nvinject-nri is down, containerd's own CDI would start it unchecked.
 	gpuNoRC := strings.Replace(strings.Replace(pod(""), "  runtimeClassName: nvidia\n", "", 1),
 		`command: ["true"]`, "command: [\"true\"]\n    resources: {limits: {nvidia.com/gpu: 1}}", 1)
-	if out, err := d.Kube().Kubectl(ctx, gpuNoRC, "apply", "--dry-run=server", "-f", "-"); err == nil || !strings.Contains(out, "nvinject-require-nri-plugin") {
-		t.Fatalf("a GPU pod without RuntimeClass nvidia or the annotation was not denied: %v\n%s", err, out)
-	}
-	plain := strings.Replace(pod(""), "  runtimeClassName: nvidia\n", "", 1)
-	if out, err := d.Kube().Kubectl(ctx, plain, "apply", "--dry-run=server", "-f", "-"); err != nil {
-		t.Fatalf("a pod without GPU or RuntimeClass was denied: %v\n%s", err, out)
-	}
+	admitted("a GPU pod without RuntimeClass nvidia", gpuNoRC, true)
+	admitted("a pod without GPU or RuntimeClass", strings.Replace(pod(""), "  runtimeClassName: nvidia\n", "", 1), false)
 }

@@ -24,7 +24,10 @@ type podSpec struct {
 	gpu          bool // limits nvidia.com/gpu: 1
 	runtimeClass bool // runtimeClassName: nvidia
 	privileged   bool // securityContext.privileged: true
-	annotations  map[string]string
+	// seed: no required-plugins annotation, as the seed writes its pods;
+	// the mutating admission policy adds it.
+	seed        bool
+	annotations map[string]string
 }
 
 // gpuPod is what an application asking for one GPU looks like.
@@ -59,8 +62,9 @@ func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
 	if s.privileged {
 		pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
 	}
-	// The admission policy requires the annotation on nvidia pods and on GPU pods.
-	if s.runtimeClass || s.gpu {
+	// The validating admission policy requires the annotation on nvidia
+	// pods and on GPU pods; written here, the mutating policy leaves it.
+	if (s.runtimeClass || s.gpu) && !s.seed {
 		ann[simnode.RequiredPluginsAnnotation] = `["` + contract.NRIPluginName + `"]`
 	}
 	if _, err := d.Kube().Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {

@@ -241,8 +241,17 @@ func TestContainerdRestartNRIReconnects(t *testing.T) {
 // (h) With nvinject-nri gone, containerd refuses a GPU pod that names it in
 // required-plugins (fail closed), instead of starting it unchecked.
 func TestNRIDownFailsClosed(t *testing.T) {
-	d := need(t)
 	ctx := testCtx(t)
+	stopNRI(t, ctx)
+	createPod(t, ctx, "gpu-nri-down", gpuPod)
+	checkRequiredPluginRefusal(t, ctx, "gpu-nri-down")
+}
+
+// stopNRI takes nvinject-nri off the node until t ends: its DaemonSet
+// selects a label the node lacks.
+func stopNRI(t *testing.T, ctx context.Context) {
+	t.Helper()
+	d := need(t)
 	k := d.Kube()
 	if _, err := k.Kubectl(ctx, "", "-n", simnode.Namespace, "patch", "daemonset", simnode.NRIPlugin, "--type=merge",
 		"-p", `{"spec":{"template":{"spec":{"nodeSelector":{"nvinject.io/e2e-nri-off":"true"}}}}}`); err != nil {
@@ -261,8 +270,13 @@ func TestNRIDownFailsClosed(t *testing.T) {
 	if err := d.WaitPodsGone(ctx, simnode.Namespace, "app.kubernetes.io/name="+simnode.NRIPlugin); err != nil {
 		t.Fatal(err)
 	}
-	createPod(t, ctx, "gpu-nri-down", gpuPod)
-	p := waitPod(t, ctx, "gpu-nri-down", 2*time.Minute, "CreateContainerError", createError)
+}
+
+// checkRequiredPluginRefusal: pod name fails with containerd's refusal
+// for a required plugin that is not connected.
+func checkRequiredPluginRefusal(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	p := waitPod(t, ctx, name, 2*time.Minute, "CreateContainerError", createError)
 	_, msg := waitingReason(p)
 	if !strings.Contains(msg, "nvinject") || !strings.Contains(strings.ToLower(msg), "required") {
 		t.Errorf("CreateContainerError message = %q, want containerd's required-plugin refusal naming nvinject", msg)
