@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -357,11 +358,16 @@ func (d *Daemon) kubeClient() (kubernetes.Interface, error) {
 func (d *Daemon) registrationSeen(m *metrics) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if st, ok := req.(*registerapi.RegistrationStatus); ok {
-			if st.PluginRegistered {
+			switch {
+			case st.PluginRegistered:
 				d.log.Info("registered with kubelet", "driver", contract.DRADriver)
 				m.registered.Set(1)
 				d.ready.SetReady()
-			} else {
+			case strings.Contains(st.Error, "already registered for DRA driver plugin"):
+				// kubelet 1.37's plugin manager refuses a second registration
+				// of an endpoint it holds and keeps the first in force.
+				d.log.Warn("kubelet refused a repeated registration of this endpoint; its earlier registration stays in force", "driver", contract.DRADriver, "error", st.Error)
+			default:
 				d.log.Error("kubelet refused the registration", "driver", contract.DRADriver, "error", st.Error)
 				m.registered.Set(0)
 				d.ready.SetNotReady("kubelet refused the registration: " + st.Error)
