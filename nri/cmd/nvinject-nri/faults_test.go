@@ -102,6 +102,7 @@ func TestHungAndKilledFailClosed(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitStopped(t, cmd.Process.Pid)
 	took, err := create(false)
 	if err == nil || !strings.Contains(err.Error(), "validator plugin 10-nvinject failed") {
 		t.Fatalf("hung, first call (non-GPU pod): err = %v, want the timed-out validator failing it", err)
@@ -152,4 +153,34 @@ func (l *lockedBuilder) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// waitStopped waits until every thread of pid has stopped: SIGSTOP takes
+// effect as each thread handles it, and on a busy machine the plugin
+// answered a request after the signal was sent (no "closing plugin" in
+// the runtime's log, the container created).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, task := range tasks {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			// The state follows the parenthesised command name.
+			if _, rest, ok := strings.Cut(string(stat), ") "); err == nil && ok && strings.HasPrefix(rest, "T") {
+				stopped++
+			}
+		}
+		if stopped == len(tasks) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nvinject-nri (pid %d): %d of %d threads stopped 5s after SIGSTOP", pid, stopped, len(tasks))
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
