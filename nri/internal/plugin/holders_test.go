@@ -75,12 +75,7 @@ func TestHeldByAnotherPodInKubelet(t *testing.T) {
 			tc.others()
 			before := refusals(t, e.reg, plugin.ReasonHeld)
 			pod := nritest.Pod("c", "nvidia", nil)
-			var err error
-			if tc.dra {
-				_, _, err = e.create(t, pod, nil, []string{name1})
-			} else {
-				_, _, err = e.create(t, pod, map[string]string{contract.DevicesAnnotation: name1}, nil)
-			}
+			err := e.createOne(t, pod, name1, tc.dra)
 			e.remove(t, pod)
 			if tc.want == nil {
 				if err != nil {
@@ -243,12 +238,7 @@ func TestPodResourcesListFails(t *testing.T) {
 			tc.setup()
 			before := refusals(t, e.reg, plugin.ReasonKubeletDown)
 			pod := nritest.Pod("c", "nvidia", nil)
-			var err error
-			if tc.dra {
-				_, _, err = e.create(t, pod, nil, []string{name1})
-			} else {
-				_, _, err = e.create(t, pod, map[string]string{contract.DevicesAnnotation: name1}, nil)
-			}
+			err := e.createOne(t, pod, name1, tc.dra)
 			e.remove(t, pod)
 			wantRefused(t, e, err, before, plugin.ReasonKubeletDown, tc.want, "--pod-resources-socket")
 		})
@@ -267,4 +257,18 @@ func TestPodResourcesFailsOutsideRuntimeClass(t *testing.T) {
 		t.Fatalf("privileged-style container outside RuntimeClass nvidia refused while PodResources fails: %v", err)
 	}
 	e.remove(t, pod)
+}
+
+// createOne creates pod's GPU container asking for the CDI device name: as
+// a DRA container (containerd applied the name itself) or through the
+// device plugin's annotation.
+func (e *env) createOne(t *testing.T, pod *api.PodSandbox, name string, dra bool) error {
+	t.Helper()
+	var err error
+	if dra {
+		_, _, err = e.create(t, pod, nil, []string{name})
+	} else {
+		_, _, err = e.create(t, pod, map[string]string{contract.DevicesAnnotation: name}, nil)
+	}
+	return err
 }
