@@ -346,7 +346,7 @@ func createDRAPod(t *testing.T, ctx context.Context, name string, s podSpec, cla
 			ResourceClaims:                []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &claim}},
 			Containers: []corev1.Container{{
 				Name: "main", Image: simnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command:   []string{"/bin/sh", "-c", "sleep 3600"},
+				Command:   sleeper,
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
 			}},
 		},

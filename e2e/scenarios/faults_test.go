@@ -136,10 +136,9 @@ func (f *faults) checkedUUIDs(p *corev1.Pod) string {
 		return ""
 	}
 	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
-	out, err := exec.CommandContext(f.ctx, filepath.Join(os.Getenv("NVINJECT_TOOLS_BIN"), "crictl"),
-		"--runtime-endpoint", "unix://"+f.d.Node().ContainerdSocket(), "inspect", id).Output()
+	out, err := crictl(f.ctx, f.d, "inspect", id)
 	if err != nil {
-		f.t.Fatalf("crictl inspect %s: %v", id, err)
+		f.t.Fatal(err)
 	}
 	var info struct {
 		Info struct {
@@ -148,7 +147,7 @@ func (f *faults) checkedUUIDs(p *corev1.Pod) string {
 			} `json:"runtimeSpec"`
 		} `json:"info"`
 	}
-	if err := json.Unmarshal(out, &info); err != nil {
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
 		f.t.Fatalf("crictl inspect %s: %v", id, err)
 	}
 	return info.Info.RuntimeSpec.Annotations[contract.GPUUUIDsAnnotation]

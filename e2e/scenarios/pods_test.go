@@ -1,8 +1,13 @@
 package scenarios
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +38,11 @@ type podSpec struct {
 // gpuPod is what an application asking for one GPU looks like.
 var gpuPod = podSpec{gpu: true, runtimeClass: true}
 
+// sleeper runs until SIGTERM and then exits at once: sh as PID 1 ignores
+// SIGTERM without a trap, and kubelet then waits its minimum grace period
+// (2 s) before SIGKILL, holding the pod's GPU that long.
+var sleeper = []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"}
+
 // createPod creates a busybox pod that sleeps, and deletes it when t ends.
 func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
 	t.Helper()
@@ -47,8 +57,7 @@ func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
 			TerminationGracePeriodSeconds: new(int64),
 			Containers: []corev1.Container{{
 				Name: "main", Image: simnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				// sh as PID 1 ignores SIGTERM; the zero grace period kills it.
-				Command: []string{"/bin/sh", "-c", "sleep 3600"},
+				Command: sleeper,
 			}},
 		},
 	}
@@ -73,18 +82,30 @@ func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
 	t.Cleanup(func() { deletePod(t, name) })
 }
 
-// deletePod deletes a pod at once and waits until it is gone, so the GPU is free again.
+// deletePod deletes a pod at once and waits until it is gone and, for a pod
+// that may hold a GPU, until its containers have stopped on the node, so
+// the GPU is free again. The API object goes at once with a zero grace
+// period while kubelet still stops the containers; until they stop,
+// nvinject-nri rightly refuses the next pod given the same GPU.
 func deletePod(t *testing.T, name string) {
 	t.Helper()
 	d := need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pods := d.Kube().Client.CoreV1().Pods(ns)
+	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Errorf("get pod %s: %v", name, err)
+		return
+	}
 	if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
 		t.Errorf("delete pod %s: %v", name, err)
 		return
 	}
-	err := simnode.Poll(ctx, 300*time.Millisecond, func(ctx context.Context) error {
+	err = simnode.Poll(ctx, 300*time.Millisecond, func(ctx context.Context) error {
 		_, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -93,7 +114,57 @@ func deletePod(t *testing.T, name string) {
 	})
 	if err != nil {
 		t.Errorf("pod %s not gone: %v", name, err)
+		return
 	}
+	if mayHoldGPU(p) {
+		if err := waitSandboxStopped(ctx, d, p); err != nil {
+			t.Errorf("pod %s: %v", name, err)
+		}
+	}
+}
+
+func mayHoldGPU(p *corev1.Pod) bool {
+	if len(p.Spec.ResourceClaims) > 0 || (p.Spec.RuntimeClassName != nil && *p.Spec.RuntimeClassName == contract.RuntimeHandler) {
+		return true
+	}
+	for _, c := range p.Spec.Containers {
+		if _, ok := c.Resources.Limits[simnode.Resource]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// waitSandboxStopped waits until the node has no ready sandbox of pod p.
+// kubelet stops a sandbox only after each of its containers stopped, and
+// containerd tells NRI plugins of a container's stop within that stop, so
+// from then on nvinject-nri holds none of the pod's GPUs.
+func waitSandboxStopped(ctx context.Context, d *simnode.Deployer, p *corev1.Pod) error {
+	return simnode.Poll(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		out, err := crictl(ctx, d, "pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
+		if err != nil {
+			return err
+		}
+		if ids := strings.Fields(out); len(ids) > 0 {
+			return fmt.Errorf("sandbox %s of the deleted pod is still ready", ids[0])
+		}
+		return nil
+	})
+}
+
+// crictl runs the pinned crictl against the node's containerd.
+func crictl(ctx context.Context, d *simnode.Deployer, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(os.Getenv("NVINJECT_TOOLS_BIN"), "crictl"),
+		append([]string{"--runtime-endpoint", "unix://" + d.Node().ContainerdSocket()}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("crictl %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(ee.Stderr))
+		}
+		return "", fmt.Errorf("crictl %s: %w", strings.Join(args, " "), err)
+	}
+	return string(out), nil
 }
 
 // waitPod polls pod name until cond accepts it.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -245,21 +244,20 @@ func ctime(path string) (time.Time, error) {
 // as containerd's CRI reports it.
 func (s *soak) containerPID(ctx context.Context, name string) (int, error) {
 	container := map[string]string{simnode.DevicePlugin: "device-plugin", simnode.NRIPlugin: "nri"}[name]
-	crictl := []string{filepath.Join(os.Getenv("NVINJECT_TOOLS_BIN"), "crictl"), "--runtime-endpoint", "unix://" + s.d.Node().ContainerdSocket()}
-	out, err := exec.CommandContext(ctx, crictl[0], append(crictl[1:], "ps", "-q", "--state", "Running",
-		"--label", "io.kubernetes.pod.namespace="+simnode.Namespace, "--label", "io.kubernetes.container.name="+container)...).Output()
+	out, err := crictl(ctx, s.d, "ps", "-q", "--state", "Running",
+		"--label", "io.kubernetes.pod.namespace="+simnode.Namespace, "--label", "io.kubernetes.container.name="+container)
 	if err != nil {
-		return 0, fmt.Errorf("crictl ps for %s: %w", name, err)
+		return 0, fmt.Errorf("find %s's container: %w", name, err)
 	}
-	ids := strings.Fields(string(out))
+	ids := strings.Fields(out)
 	if len(ids) != 1 {
 		return 0, fmt.Errorf("crictl ps finds %d running %s containers, want 1", len(ids), container)
 	}
-	out, err = exec.CommandContext(ctx, crictl[0], append(crictl[1:], "inspect", "-o", "go-template", "--template", "{{.info.pid}}", ids[0])...).Output()
+	out, err = crictl(ctx, s.d, "inspect", "-o", "go-template", "--template", "{{.info.pid}}", ids[0])
 	if err != nil {
-		return 0, fmt.Errorf("crictl inspect %s: %w", ids[0], err)
+		return 0, err
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	pid, err := strconv.Atoi(strings.TrimSpace(out))
 	if err != nil || pid <= 1 {
 		return 0, fmt.Errorf("crictl inspect %s: pid %q", ids[0], out)
 	}
