@@ -67,9 +67,7 @@ func TestDRAClaimWithholdsGPU(t *testing.T) {
 			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "default/vllm-gpu-x7") || !strings.Contains(err.Error(), "default/vllm/main") {
 				t.Errorf("Allocate of the held GPU = %v; want a refusal naming the pod and claim", err)
 			}
-			if err := r.d.Ready(); err != nil {
-				t.Errorf("Ready = %v; a GPU held by DRA is not a readiness problem", err)
-			}
+			untilReady(t, r.d, "a GPU held by DRA is not a readiness problem")
 			pr.Set()
 			untilHealths(t, next, map[string]string{tt.id(0): pluginapi.Healthy, tt.id(1): pluginapi.Healthy})
 			if err := allocateOne(r, tt.id(1)); err != nil {
@@ -115,19 +113,42 @@ func TestPodResourcesDownWithholdsAll(t *testing.T) {
 	if got := healthOf(next()); !maps.Equal(got, down) {
 		t.Fatalf("kubelet's first list without PodResources %v; want %v", got, down)
 	}
-	if err := r.d.Ready(); err == nil || !strings.Contains(err.Error(), sock) || !strings.Contains(err.Error(), "--pod-resources-socket") {
-		t.Errorf("Ready = %v; want the socket and the fix", err)
-	}
+	untilReadiness(t, r.d, "not Ready naming the socket and the fix", func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), sock) && strings.Contains(err.Error(), "--pod-resources-socket")
+	})
 	if err := allocateOne(r, simUUID(0)); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "PodResources") {
 		t.Errorf("Allocate while PodResources is down = %v; want a refusal saying why", err)
 	}
 	pr := kubelettest.StartPodResources(t, sock)
 	untilHealths(t, next, up)
-	if err := r.d.Ready(); err != nil {
-		t.Errorf("Ready once PodResources answers = %v", err)
-	}
+	untilReady(t, r.d, "PodResources answers again")
 	pr.Fail(status.Error(codes.Unavailable, "kubelet restarting"))
 	untilHealths(t, next, down)
 	pr.Set()
 	untilHealths(t, next, up)
+}
+
+// untilReady waits until d is Ready.
+func untilReady(t *testing.T, d *Daemon, why string) {
+	t.Helper()
+	untilReadiness(t, d, "Ready: "+why, func(err error) bool { return err == nil })
+}
+
+// untilReadiness waits until d's readiness satisfies ok: the plugin marks
+// itself registered when kubelet's Register returns, which may be after
+// the fake kubelet saw the request and opened ListAndWatch, so a state
+// reached through the stream is not yet the readiness state.
+func untilReadiness(t *testing.T, d *Daemon, want string, ok func(error) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := d.Ready()
+		if ok(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness 10s on is %v; want %s", err, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
