@@ -255,3 +255,45 @@ func TestHelmPathDefaultsAreTheDropIns(t *testing.T) {
 		}
 	}
 }
+
+// localSimValues are the chart values of overlays/local-sim: the simulated
+// NVML and driver root, pinned to the node, images imported.
+func localSimValues() map[string]any {
+	return map[string]any{
+		"selectedGPU":  simUUID("a100-80gb", 0),
+		"nvml":         "sim:a100-80gb",
+		"driverRoot":   "/var/lib/nvinject-sim/driver-root",
+		"nodeSelector": map[string]any{"nvidia.com/gpu.present": nil, "kubernetes.io/hostname": "nvinject-sim-worker"},
+		"images": map[string]any{
+			"devicePlugin": map[string]any{"pullPolicy": "Never"},
+			"nri":          map[string]any{"pullPolicy": "Never"},
+			"dra":          map[string]any{"pullPolicy": "Never"},
+		},
+	}
+}
+
+// TestHelmExpressesLocalSimDRA: the values express the local node's DRA
+// overlay (overlays/local-sim-dra) exactly, hostNetwork and the API
+// server's address for nvinject-dra included.
+func TestHelmExpressesLocalSimDRA(t *testing.T) {
+	v := localSimValues()
+	v["dra"] = map[string]any{"hostNetwork": true, "extraEnv": []any{
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": "16443"},
+	}}
+	h := helmAll(t, v)
+	kout, err := Kustomize("overlays/local-sim-dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, krest := splitDRA(t, kout)
+	k := decode(t, krest)
+	if len(h.daemonSets) != 3 || len(k.daemonSets) != 3 {
+		t.Fatalf("helm renders %d DaemonSets, kustomize %d; want 3 each", len(h.daemonSets), len(k.daemonSets))
+	}
+	for name, kds := range k.daemonSets {
+		if hds := h.daemonSets[name]; !reflect.DeepEqual(important(hds), important(kds)) {
+			t.Errorf("DaemonSet %s differs:\nhelm      %+v\nkustomize %+v", name, important(hds), important(kds))
+		}
+	}
+}
