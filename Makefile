@@ -21,6 +21,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export GOFLAGS ?= -buildvcs=false -tags=nri_no_wasm
 
 include e2e/tools/tools.mk
+include e2e/helm/helm.mk
 include deploy/images.mk
 include e2e/cluster/cluster.mk
 include e2e/injbench/injbench.mk
@@ -58,7 +59,7 @@ unit: ## unit tests only: no root, no tools build, no local node
 # `make e2e`.
 NODE_PKGS := $(MODULE)/e2e/localnode $(MODULE)/e2e/cmd/nvinject-injbench
 .PHONY: test
-test: tools build images ## unit, integration and local-node tests
+test: tools helm build images ## unit, integration and local-node tests
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 	$(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/

@@ -19,7 +19,7 @@ demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, 
 # make e2e: the GPU scenarios on one shared node (the doctor's fault tests
 # run under make test).
 .PHONY: e2e
-e2e: build images tools ## the GPU scenarios on the real local node (root)
+e2e: build images tools helm ## the GPU scenarios on the real local node (root)
 	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
 
 # make gpu-bundle: _out/gpu-bundle.tar.gz, everything e2e/gpu/check.sh needs on a

@@ -15,6 +15,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // draOverlays are the DRA-mode overlays, checked here rather than in
@@ -203,6 +205,20 @@ func TestDRAClaimExample(t *testing.T) {
 	}
 }
 
+// checkOwnerLabel: nvinject-dra is told by --owner-label the node label its
+// DaemonSet selects by, with the value that selects it (contract.DRAModeLabel=
+// contract.DRAModeDRA), so it tells a node leaving DRA from a restart.
+func checkOwnerLabel(t *testing.T, what string, ds appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	if got := spec.NodeSelector[contract.DRAModeLabel]; got != contract.DRAModeDRA {
+		t.Errorf("%s: nvinject-dra's nodeSelector %v lacks %s=%s", what, spec.NodeSelector, contract.DRAModeLabel, contract.DRAModeDRA)
+	}
+	if !slices.Contains(spec.Containers[0].Args, "--owner-label="+contract.DRAModeLabel) {
+		t.Errorf("%s: nvinject-dra args %v lack --owner-label=%s", what, spec.Containers[0].Args, contract.DRAModeLabel)
+	}
+}
+
 // TestHelmModes: mode=by-label renders the dra-node overlay's DaemonSets;
 // mode=dra has the overlay's nvinject-dra and no device plugin; the default
 // has no DRA objects.
@@ -243,9 +259,9 @@ func TestHelmModes(t *testing.T) {
 	if hds, kds := dra.daemonSets[draDaemonSet], k.daemonSets[draDaemonSet]; !reflect.DeepEqual(important(hds), important(kds)) {
 		t.Errorf("mode=dra: DaemonSet %s differs from overlays/dra-node's:\nhelm      %+v\nkustomize %+v", draDaemonSet, important(hds), important(kds))
 	}
-	if !slices.Contains(dra.daemonSets[draDaemonSet].Spec.Template.Spec.Containers[0].Args, "--owner-label=nvinject.io/gpu-mode") {
-		t.Errorf("mode=dra: nvinject-dra has no --owner-label=nvinject.io/gpu-mode")
-	}
+	checkOwnerLabel(t, "mode=dra", dra.daemonSets[draDaemonSet])
+	checkOwnerLabel(t, "mode=by-label", h.daemonSets[draDaemonSet])
+	checkOwnerLabel(t, "overlays/dra-node", k.daemonSets[draDaemonSet])
 	nd, def := render(nil)
 	if len(nd.classes)+len(nd.roles) != 0 || len(def.daemonSets) != 2 {
 		t.Errorf("default mode renders DRA objects or %d DaemonSets", len(def.daemonSets))

@@ -26,6 +26,45 @@ const (
 // checked against values.schema.json), like `helm template nvinject
 // deploy/helm/nvinject -n nvidia-device-plugin`.
 func Helm(values map[string]any) ([]byte, error) {
+	rendered, err := renderChart(values)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(rendered))
+	for name := range rendered {
+		if path.Ext(name) == ".yaml" {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var out bytes.Buffer
+	for _, name := range names {
+		doc := strings.TrimSpace(rendered[name])
+		if doc == "" {
+			continue
+		}
+		fmt.Fprintf(&out, "---\n# Source: %s\n%s\n", name, doc)
+	}
+	return out.Bytes(), nil
+}
+
+// HelmNotes renders the chart's templates/NOTES.txt with values, the text
+// helm install prints.
+func HelmNotes(values map[string]any) (string, error) {
+	rendered, err := renderChart(values)
+	if err != nil {
+		return "", err
+	}
+	for name, text := range rendered {
+		if path.Base(name) == "NOTES.txt" {
+			return text, nil
+		}
+	}
+	return "", fmt.Errorf("chart %s has no templates/NOTES.txt", deploy.ChartDir)
+}
+
+// renderChart renders every template of the embedded chart, by file name.
+func renderChart(values map[string]any) (map[string]string, error) {
 	var files []*loader.BufferedFile
 	err := fs.WalkDir(deploy.Files, deploy.ChartDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -54,20 +93,5 @@ func Helm(values map[string]any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render chart %s: %w", deploy.ChartDir, err)
 	}
-	names := make([]string, 0, len(rendered))
-	for name := range rendered {
-		if path.Ext(name) == ".yaml" {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	var out bytes.Buffer
-	for _, name := range names {
-		doc := strings.TrimSpace(rendered[name])
-		if doc == "" {
-			continue
-		}
-		fmt.Fprintf(&out, "---\n# Source: %s\n%s\n", name, doc)
-	}
-	return out.Bytes(), nil
+	return rendered, nil
 }

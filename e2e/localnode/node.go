@@ -65,6 +65,10 @@ func (n *Node) NRISocket() string { return n.layout.nriSocket() }
 // CDIDir is the first CDI spec directory of the node's containerd.
 func (n *Node) CDIDir() string { return n.layout.cdiDir() }
 
+// APIServerAddress is the API server's loopback address and port, for pods
+// that must reach it without a kubernetes Service (the node has no kube-proxy).
+func (n *Node) APIServerAddress() (host string, port int) { return "127.0.0.1", n.ports.APIServer }
+
 // LogFile is the log of a component (containerd, etcd, kube-apiserver, kubelet, ...).
 func (n *Node) LogFile(component string) string { return n.layout.logFile(component) }
 

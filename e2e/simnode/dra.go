@@ -90,6 +90,12 @@ patches:
       - {op: replace, path: /spec/template/spec/volumes/6/hostPath, value: {path: %s, type: Directory}}
 `, d.node.Name(), contract.DRAModeLabel, contract.DRAModeDRA, base, comp, DRADaemonSet,
 		reg, plugins, reg, plugins, reg, plugins, d.node.CDIDir(), d.node.PodResourcesDir())
+	if dep.NVML != DefaultNVML {
+		// The same simulated inventory as the device plugin's (writeKustomization).
+		content += fmt.Sprintf(`      - {op: test, path: /spec/template/spec/containers/0/args/0, value: --nvml=%s}
+      - {op: replace, path: /spec/template/spec/containers/0/args/0, value: --nvml=%s}
+`, DefaultNVML, dep.NVML)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -114,6 +120,13 @@ func (d *Deployer) SwitchToDRA(ctx context.Context, dep Deployment, timeout time
 	if _, err := d.kube.Kubectl(ctx, "", "label", "node", d.node.Name(), contract.DRAModeLabel+"="+contract.DRAModeDRA, "--overwrite"); err != nil {
 		return Switch{}, err
 	}
+	return d.WaitOnDRA(ctx, dep, t0, timeout)
+}
+
+// WaitOnDRA waits until the device plugin is gone, allocatable nvidia.com/gpu
+// is 0 and nvinject-dra is Ready with its ResourceSlice naming dep's GPU,
+// timing each from t0 (when the move began).
+func (d *Deployer) WaitOnDRA(ctx context.Context, dep Deployment, t0 time.Time, timeout time.Duration) (Switch, error) {
 	return d.waitSwitch(ctx, t0, timeout, DevicePlugin, DRADaemonSet, 0, func(ctx context.Context) error {
 		s, err := d.ResourceSlice(ctx)
 		if err != nil {

@@ -54,3 +54,18 @@ securityContext:
   seccompProfile:
     type: RuntimeDefault
 {{- end -}}
+
+{{- /* kubelet's directories: the value, or derived from kubelet.rootDir as kubelet derives it. */ -}}
+{{- define "nvinject.kubeletSubdir" -}}
+{{- $k := index . 0 -}}
+{{- index $k (index . 1) | default (printf "%s/%s" (trimSuffix "/" $k.rootDir) (index . 2)) -}}
+{{- end -}}
+{{- define "nvinject.podResourcesDir" -}}
+{{- include "nvinject.kubeletSubdir" (list .Values.kubelet "podResourcesDir" "pod-resources") -}}
+{{- end -}}
+{{- define "nvinject.pluginsRegistryDir" -}}
+{{- include "nvinject.kubeletSubdir" (list .Values.kubelet "pluginsRegistryDir" "plugins_registry") -}}
+{{- end -}}
+{{- define "nvinject.pluginsDir" -}}
+{{- include "nvinject.kubeletSubdir" (list .Values.kubelet "pluginsDir" "plugins") -}}
+{{- end -}}
