@@ -288,8 +288,11 @@ func (r *Registrar) Run(ctx context.Context) error {
 				break
 			}
 			before := r.streams.opened.Load()
-			reached, err := r.register(ctx)
+			reached, err := r.register(ctx, own)
 			switch {
+			case errors.Is(err, errCleanedUp):
+				// Serve the socket again before registering.
+				continue
 			case err == nil:
 				regTo, haveReg, regOpened, lostAt, cleaned = reached, true, before, time.Time{}, false
 				r.registered.Store(true)
@@ -441,11 +444,16 @@ func (r *Registrar) listen() (net.Listener, fileID, error) {
 	return ln, id, nil
 }
 
+// errCleanedUp: the plugin's socket went between the loop's look at it and
+// the Register.
+var errCleanedUp = errors.New("plugin socket removed before the Register")
+
 // register sends one Register through a handle on kubelet.sock, so that it
 // reaches exactly the file whose identity it returns: a kubelet.sock
 // replaced between a stat and a dial by path would otherwise be recorded as
-// the old one, and the next look would register a second time.
-func (r *Registrar) register(ctx context.Context) (fileID, error) {
+// the old one, and the next look would register a second time. own is the
+// plugin socket's identity as served.
+func (r *Registrar) register(ctx context.Context, own fileID) (fileID, error) {
 	fd, err := unix.Open(r.kubeletSocket(), unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fileID{}, fmt.Errorf("open kubelet's registration socket %s: %w", r.kubeletSocket(), err)
@@ -454,6 +462,14 @@ func (r *Registrar) register(ctx context.Context) (fileID, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fileID{}, fmt.Errorf("stat kubelet's registration socket %s: %w", r.kubeletSocket(), err)
+	}
+	// kubelet removes the plugins' sockets before it creates kubelet.sock.
+	// With this kubelet.sock open, the plugin's socket still in place means
+	// that kubelet's cleanup is over, and its dial back finds the socket;
+	// otherwise kubelet would wait for a socket the plugin serves again only
+	// after this Register.
+	if id, ok := statID(r.Endpoint()); !ok || id != own {
+		return fileID{}, errCleanedUp
 	}
 	r.dialHook()
 	via := fmt.Sprintf("/proc/self/fd/%d", fd)

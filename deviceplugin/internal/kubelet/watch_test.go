@@ -31,6 +31,15 @@ func runRegistrar(t testing.TB, dir string, opts ...Option) *Registrar {
 	return r
 }
 
+// watchModes are the two ways the registrar sees its directory change.
+var watchModes = []struct {
+	name string
+	opts []Option
+}{
+	{"inotify", nil},
+	{"poll only", []Option{WithoutWatch()}},
+}
+
 // With a poll far longer than the test, only the directory watch can
 // notice the restarted kubelet and the removed plugin socket.
 func TestWatchReRegistersWithoutThePoll(t *testing.T) {
