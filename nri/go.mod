@@ -4,7 +4,6 @@ go 1.26.8
 
 require (
 	github.com/containerd/nri v0.11.0
-	github.com/fsnotify/fsnotify v1.9.0
 	github.com/nvinject/nvinject/cdi v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/shared v0.0.0-00010101000000-000000000000
 	github.com/opencontainers/runtime-spec v1.3.0
@@ -23,6 +22,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/ttrpc v1.2.7 // indirect
+	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/errwrap v1.1.0 // indirect
 	github.com/knqyf263/go-plugin v0.9.0 // indirect

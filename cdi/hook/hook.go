@@ -38,12 +38,9 @@ type State struct {
 // root file system on the host: the state's root, else root.path of the
 // bundle's config.json (relative to the bundle when not absolute).
 func ContainerRoot(r io.Reader) (string, error) {
-	data, err := io.ReadAll(io.LimitReader(r, maxState+1))
+	data, err := readAtMost(r, "the OCI state on stdin", maxState)
 	if err != nil {
-		return "", fmt.Errorf("read the OCI state from stdin: %w", err)
-	}
-	if len(data) > maxState {
-		return "", fmt.Errorf("the OCI state on stdin is larger than %d bytes; a hook is run by the container runtime, which writes the state there", maxState)
+		return "", fmt.Errorf("%w; a hook is run by the container runtime, which writes the state there", err)
 	}
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
@@ -55,7 +52,7 @@ func ContainerRoot(r io.Reader) (string, error) {
 	if s.Bundle == "" {
 		return "", errors.New("the OCI state on stdin has no bundle; cannot find the container's root file system")
 	}
-	cfg, err := readLimited(filepath.Join(s.Bundle, "config.json"), maxConfig)
+	cfg, err := readFile(filepath.Join(s.Bundle, "config.json"), maxConfig)
 	if err != nil {
 		return "", fmt.Errorf("read the bundle's config.json: %w", err)
 	}
@@ -254,18 +251,25 @@ func UpdateLDCache(ctx context.Context, r *Root, ldconfig string, folders []stri
 	return out, nil
 }
 
-func readLimited(p string, limit int64) ([]byte, error) {
+// readFile reads the host file p, at most limit bytes.
+func readFile(p string, limit int64) ([]byte, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	return readAtMost(f, p, limit)
+}
+
+// readAtMost reads r to its end, refusing more than limit bytes: a hook
+// reads what a container or its runtime wrote. what names r in the error.
+func readAtMost(r io.Reader, what string, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", p, limit)
+		return nil, fmt.Errorf("%s is larger than %d bytes", what, limit)
 	}
 	return data, nil
 }

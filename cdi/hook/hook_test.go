@@ -59,6 +59,21 @@ func openRoot(t *testing.T, dir string) *hook.Root {
 	return r
 }
 
+// A file in the container root is read up to the limit and refused past it.
+func TestRootReadFileIsBounded(t *testing.T) {
+	rootfs := t.TempDir()
+	if err := os.WriteFile(filepath.Join(rootfs, "f"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := openRoot(t, rootfs)
+	if data, err := r.ReadFile("f", 10); err != nil || string(data) != "0123456789" {
+		t.Errorf("ReadFile at the limit = %q, %v", data, err)
+	}
+	if _, err := r.ReadFile("f", 9); err == nil || !strings.Contains(err.Error(), "f in container root "+rootfs+" is larger than 9 bytes") {
+		t.Errorf("ReadFile past the limit: %v; want the file, the root and the limit named", err)
+	}
+}
+
 // An image is untrusted: its symlinks, absolute or climbing with "..",
 // must resolve inside the container root, never reach the host.
 func TestHooksStayInsideTheRoot(t *testing.T) {

@@ -10,7 +10,6 @@ package hook
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -77,14 +76,7 @@ func (r *Root) ReadFile(p string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s in container root %s is larger than %d bytes", p, r.path, limit)
-	}
-	return data, nil
+	return readAtMost(f, p+" in container root "+r.path, limit)
 }
 
 // ReadDir lists the directory p inside the root.

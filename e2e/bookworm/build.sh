@@ -27,38 +27,11 @@ EXIT_UNAVAILABLE=3
 log() { printf '[bookworm %4ds] %s\n' "$SECONDS" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# host_mirror prints the URI of the host's Debian archive: the first apt entry (one-line
-# .list or deb822 .sources) whose suite is the host's codename.
-host_mirror() {
-	local codename f
-	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-	[[ -n $codename ]] || return 0
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-		[[ -f $f ]] || continue
-		if [[ $f == *.list ]]; then
-			sed -E 's/#.*//; s/\[[^]]*\]//' "$f" | awk -v c="$codename" '$1 == "deb" && $3 == c { print $2 }'
-		else
-			awk -v c="$codename" '
-				function flush() {
-					if (types ~ /(^| )deb( |$)/ && enabled != "no")
-						for (i = 1; i <= ns; i++) if (s[i] == c) { print u[1]; break }
-					types = ""; enabled = ""; ns = 0; nu = 0
-				}
-				/^[ \t]*#/ { next }
-				/^[ \t]*$/ { flush(); next }
-				{
-					k = tolower($1); sub(/:$/, "", k); $1 = ""; sub(/^ +/, "")
-					if (k == "types") types = $0
-					else if (k == "enabled") enabled = tolower($0)
-					else if (k == "uris") nu = split($0, u, " ")
-					else if (k == "suites") ns = split($0, s, " ")
-				}
-				END { flush() }' "$f"
-		fi
-	done | head -1
-}
+# shellcheck source=../internal/cachebuild/debian-mirrors.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../internal/cachebuild/debian-mirrors.sh"
 
-mirror=${NVINJECT_DEBIAN_MIRROR:-$(host_mirror)}
+# The host's first Debian mirror, else Debian's own.
+mirror=${NVINJECT_DEBIAN_MIRROR:-$(host_debian_mirrors | head -1)}
 mirror=${mirror:-http://deb.debian.org/debian}
 key=$({ cat "${BASH_SOURCE[0]}"; echo "$mirror"; } | sha256sum | cut -c1-12)
 cache_root=${XDG_CACHE_HOME:-$HOME/.cache}/nvinject

@@ -118,42 +118,8 @@ trap 'rm -rf "$stage"' EXIT
 
 deb_file() { echo "$debs/${1}_${2}_amd64.deb"; }
 
-# host_mirrors prints the URIs of the host's Debian archive (apt entries of type deb
-# whose suite is the host's codename, in one-line .list and deb822 .sources files).
-host_mirrors() {
-	local codename
-	codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-	[[ -n $codename ]] || return 0
-	local files=()
-	[[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
-	for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-		[[ -f $f ]] && files+=("$f")
-	done
-	((${#files[@]})) || return 0
-	for f in "${files[@]}"; do
-		if [[ $f == *.list ]]; then
-			# deb [options] URI suite components...
-			sed -E 's/#.*//; s/\[[^]]*\]//' "$f" | awk -v c="$codename" '$1 == "deb" && $3 == c { print $2 }'
-		else
-			awk -v c="$codename" '
-				function flush() {
-					if (types ~ /(^| )deb( |$)/ && enabled != "no")
-						for (i = 1; i <= ns; i++) if (s[i] == c) { for (j = 1; j <= nu; j++) print u[j]; break }
-					types = ""; enabled = ""; ns = 0; nu = 0
-				}
-				/^[ \t]*#/ { next }
-				/^[ \t]*$/ { flush(); next }
-				{
-					k = tolower($1); sub(/:$/, "", k); $1 = ""; sub(/^ +/, "")
-					if (k == "types") types = $0
-					else if (k == "enabled") enabled = tolower($0)
-					else if (k == "uris") nu = split($0, u, " ")
-					else if (k == "suites") ns = split($0, s, " ")
-				}
-				END { flush() }' "$f"
-		fi
-	done | awk '!seen[$0]++'
-}
+# shellcheck source=../internal/cachebuild/debian-mirrors.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../internal/cachebuild/debian-mirrors.sh"
 
 # fetch_debs downloads the pinned packages that are not in $debs yet, with a private apt
 # configuration, and checks every file against its pinned sha256.
@@ -179,7 +145,7 @@ fetch_debs() {
 	if [[ -n ${NVINJECT_DEBIAN_MIRROR:-} ]]; then
 		mirrors=("$NVINJECT_DEBIAN_MIRROR")
 	else
-		mapfile -t mirrors < <(host_mirrors)
+		mapfile -t mirrors < <(host_debian_mirrors)
 		((${#mirrors[@]})) || mirrors=(http://deb.debian.org/debian)
 	fi
 	local apt=$stage/apt

@@ -12,9 +12,10 @@
 // the plugin; kubelet's stream gone, or the plugin's socket cleaned up
 // (kubelet's start-up cleanup) with no stream of kubelet's, is a reason to
 // register again;
-// and a path kubelet refuses is left for a fresh socket name. Changes are seen through inotify (fsnotify)
-// on the directory, with a poll as the fallback: every second while the
-// watch works, every 100 ms while it cannot be set up.
+// and a path kubelet refuses is left for a fresh socket name. Changes to
+// the two sockets are seen through a watch on the directory (shared/fswatch:
+// inotify, or listing it every 100 ms where it cannot be watched), and both
+// are looked at every second whatever the watch says.
 package kubelet
 
 import (
@@ -36,6 +37,7 @@ import (
 	"google.golang.org/grpc/stats"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nvinject/nvinject/shared/fswatch"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
@@ -67,17 +69,18 @@ type Registrar struct {
 // Option configures a Registrar.
 type Option func(*Registrar)
 
-// WithPoll sets how often the sockets are checked while the directory
-// watch works (default 1 s); without it they are checked at least every
-// 100 ms.
+// WithPoll sets how often the sockets are checked whatever the directory
+// watch says (default 1 s); where inotify cannot watch the directory, it
+// is listed at least every 100 ms.
 func WithPoll(d time.Duration) Option { return func(r *Registrar) { r.poll = d } }
 
-// WithoutWatch leaves out the directory watch: the poll alone notices a
+// WithoutWatch leaves inotify out: listing the directory alone notices a
 // restarted kubelet, as on a node where inotify cannot be set up. Tests
 // and benchmarks compare the two.
 func WithoutWatch() Option { return func(r *Registrar) { r.noWatch = true } }
 
-// fallbackPoll is the longest poll while the directory is not watched.
+// fallbackPoll is the longest interval between listings of the directory
+// while inotify does not watch it.
 const fallbackPoll = 100 * time.Millisecond
 
 // WithBackoff bounds the wait between failed Register calls to one kubelet
@@ -153,7 +156,6 @@ func (r *Registrar) Run(ctx context.Context) error {
 		ln            net.Listener
 		own           fileID
 		lastListenErr string
-		lastWatchErr  string
 
 		// The kubelet instance (its kubelet.sock) the last accepted
 		// Register reached, and the streams opened before it.
@@ -171,29 +173,15 @@ func (r *Registrar) Run(ctx context.Context) error {
 		kubeletGone bool
 		renames     int
 	)
-	var watch *dirWatch
-	var wake <-chan struct{}
-	defer func() {
-		if watch != nil {
-			watch.close()
-		}
-	}()
+	watch, err := r.watch(ctx)
+	if err != nil {
+		return err
+	}
+	defer watch.Close()
 	var retry <-chan time.Time
-	tick := time.NewTicker(min(r.poll, fallbackPoll))
+	tick := time.NewTicker(r.poll)
 	defer tick.Stop()
 	for {
-		if watch == nil && !r.noWatch {
-			w, err := watchDir(r.dir, filepath.Base(r.kubeletSocket()))
-			switch {
-			case err == nil:
-				watch, wake = w, w.wake
-				tick.Reset(r.poll)
-				lastWatchErr = ""
-			case err.Error() != lastWatchErr:
-				r.log.Warn("cannot watch kubelet's device plugin directory; polling it instead", "dir", r.dir, "error", err, "poll", min(r.poll, fallbackPoll))
-				lastWatchErr = err.Error()
-			}
-		}
 		// A starting kubelet removes the plugin's socket, and a new
 		// kubelet.sock may reuse the old one's inode and ctime tick: so a
 		// removed socket means registering again, unless kubelet still holds
@@ -288,8 +276,11 @@ func (r *Registrar) Run(ctx context.Context) error {
 				break
 			}
 			before := r.streams.opened.Load()
-			reached, err := r.register(ctx)
+			reached, err := r.register(ctx, own)
 			switch {
+			case errors.Is(err, errCleanedUp):
+				// Serve the socket again before registering.
+				continue
 			case err == nil:
 				regTo, haveReg, regOpened, lostAt, cleaned = reached, true, before, time.Time{}, false
 				r.registered.Store(true)
@@ -333,11 +324,29 @@ func (r *Registrar) Run(ctx context.Context) error {
 			serving.Wait()
 			return nil
 		case <-tick.C:
-		case <-wake:
+		case <-watch.Changes():
 		case <-retry:
 		case <-r.streams.wake:
 		}
 	}
+}
+
+// watch reports changes of kubelet.sock and of the plugin's socket, under
+// whichever name it has now.
+func (r *Registrar) watch(ctx context.Context) (*fswatch.Watcher, error) {
+	opts := []fswatch.Option{fswatch.WithPoll(min(r.poll, fallbackPoll)), fswatch.WithLogger(r.log.With("watch", "kubelet's device plugin directory")),
+		fswatch.WithFilter(func(p string) bool {
+			b := filepath.Base(p)
+			return b == filepath.Base(r.kubeletSocket()) || b == r.name.Load().(string)
+		})}
+	if r.noWatch {
+		opts = append(opts, fswatch.PollOnly())
+	}
+	w, err := fswatch.Start(ctx, []string{r.dir}, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("watch kubelet's device plugin directory %s: %w; check --kubelet-dir", r.dir, err)
+	}
+	return w, nil
 }
 
 // maxRenames bounds the fresh socket names one process tries.
@@ -441,11 +450,16 @@ func (r *Registrar) listen() (net.Listener, fileID, error) {
 	return ln, id, nil
 }
 
+// errCleanedUp: the plugin's socket went between the loop's look at it and
+// the Register.
+var errCleanedUp = errors.New("plugin socket removed before the Register")
+
 // register sends one Register through a handle on kubelet.sock, so that it
 // reaches exactly the file whose identity it returns: a kubelet.sock
 // replaced between a stat and a dial by path would otherwise be recorded as
-// the old one, and the next look would register a second time.
-func (r *Registrar) register(ctx context.Context) (fileID, error) {
+// the old one, and the next look would register a second time. own is the
+// plugin socket's identity as served.
+func (r *Registrar) register(ctx context.Context, own fileID) (fileID, error) {
 	fd, err := unix.Open(r.kubeletSocket(), unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fileID{}, fmt.Errorf("open kubelet's registration socket %s: %w", r.kubeletSocket(), err)
@@ -454,6 +468,14 @@ func (r *Registrar) register(ctx context.Context) (fileID, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fileID{}, fmt.Errorf("stat kubelet's registration socket %s: %w", r.kubeletSocket(), err)
+	}
+	// kubelet removes the plugins' sockets before it creates kubelet.sock.
+	// With this kubelet.sock open, the plugin's socket still in place means
+	// that kubelet's cleanup is over, and its dial back finds the socket;
+	// otherwise kubelet would wait for a socket the plugin serves again only
+	// after this Register.
+	if id, ok := statID(r.Endpoint()); !ok || id != own {
+		return fileID{}, errCleanedUp
 	}
 	r.dialHook()
 	via := fmt.Sprintf("/proc/self/fd/%d", fd)

@@ -21,14 +21,14 @@ const quiet = 300 * time.Millisecond
 // startRegistrar runs a registrar over the fake kubelet's directory with a
 // fast poll and settle, hook (if any) between opening and dialing
 // kubelet.sock, and stops it when the test ends.
-func startRegistrar(t *testing.T, dir string, hook func()) *Registrar {
+func startRegistrar(t *testing.T, dir string, hook func(), opts ...Option) *Registrar {
 	t.Helper()
-	return runRegistrar(t, dir, WithPoll(5*time.Millisecond), func(r *Registrar) {
+	return runRegistrar(t, dir, append([]Option{WithPoll(5 * time.Millisecond), func(r *Registrar) {
 		r.settle = 50 * time.Millisecond
 		if hook != nil {
 			r.dialHook = hook
 		}
-	})
+	}}, opts...)...)
 }
 
 // settled waits out the quiet period and fails unless kubelet k accepted
@@ -49,7 +49,8 @@ func settled(t *testing.T, k *kubelettest.Kubelet, want ...string) {
 }
 
 // Each ordering of a kubelet restart's steps against the plugin ends with
-// exactly one accepted Register for the new kubelet and none refused.
+// exactly one accepted Register for the new kubelet and none refused,
+// whether the plugin sees the directory through inotify or by listing it.
 func TestOneRegisterPerKubeletInstance(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -85,16 +86,18 @@ func TestOneRegisterPerKubeletInstance(t *testing.T) {
 			return kubelettest.Listen(t, old.Dir)
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := kubelettest.Dir(t)
-			k := kubelettest.Start(t, dir)
-			startRegistrar(t, dir, nil)
-			settled(t, k, "p.sock")
-			for range 3 {
-				k = tc.restart(t, k)
+		for _, m := range watchModes {
+			t.Run(tc.name+"/"+m.name, func(t *testing.T) {
+				dir := kubelettest.Dir(t)
+				k := kubelettest.Start(t, dir)
+				startRegistrar(t, dir, nil, m.opts...)
 				settled(t, k, "p.sock")
-			}
-		})
+				for range 3 {
+					k = tc.restart(t, k)
+					settled(t, k, "p.sock")
+				}
+			})
+		}
 	}
 }
 

@@ -31,27 +31,60 @@ func runRegistrar(t testing.TB, dir string, opts ...Option) *Registrar {
 	return r
 }
 
-// With a poll far longer than the test, only the directory watch can
-// notice the restarted kubelet and the removed plugin socket.
+// watchModes are the two ways the registrar sees its directory change.
+var watchModes = []struct {
+	name string
+	opts []Option
+}{
+	{"inotify", nil},
+	{"poll only", []Option{WithoutWatch()}},
+}
+
+// With a poll far longer than the test, only the directory watch (inotify,
+// or the listing where inotify is left out) can notice the restarted
+// kubelet and the removed plugin socket.
 func TestWatchReRegistersWithoutThePoll(t *testing.T) {
-	dir := kubelettest.Dir(t)
-	k := kubelettest.Start(t, dir)
-	runRegistrar(t, dir, WithPoll(time.Hour))
-	k.WaitRegister(t, 2*time.Second)
-	for _, removeOwn := range []bool{false, true} {
-		if removeOwn {
+	for _, m := range watchModes {
+		t.Run(m.name, func(t *testing.T) {
+			dir := kubelettest.Dir(t)
+			k := kubelettest.Start(t, dir)
+			runRegistrar(t, dir, append([]Option{WithPoll(time.Hour)}, m.opts...)...)
+			k.WaitRegister(t, 2*time.Second)
+			for _, removeOwn := range []bool{false, true} {
+				if removeOwn {
+					if err := os.Remove(filepath.Join(dir, "p.sock")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				k = k.Restart(t)
+				req := k.WaitRegister(t, 2*time.Second)
+				if req.Endpoint != "p.sock" {
+					t.Fatalf("Register request %v", req)
+				}
+				if _, err := os.Stat(filepath.Join(dir, "p.sock")); err != nil {
+					t.Fatalf("plugin socket not served again (own socket removed: %v): %v", removeOwn, err)
+				}
+			}
+		})
+	}
+}
+
+// A plugin socket removed while kubelet keeps running (no restart to see)
+// is served again through the watch, not the hour-long poll.
+func TestRemovedPluginSocketServedAgainWithoutThePoll(t *testing.T) {
+	for _, m := range watchModes {
+		t.Run(m.name, func(t *testing.T) {
+			dir := kubelettest.Dir(t)
+			k := kubelettest.Start(t, dir)
+			runRegistrar(t, dir, append([]Option{WithPoll(time.Hour)}, m.opts...)...)
+			k.WaitConnected(t, "p.sock", 2*time.Second)
+			// The stream's wake-up of the registrar has passed.
+			time.Sleep(quiet)
 			if err := os.Remove(filepath.Join(dir, "p.sock")); err != nil {
 				t.Fatal(err)
 			}
-		}
-		k = k.Restart(t)
-		req := k.WaitRegister(t, 2*time.Second)
-		if req.Endpoint != "p.sock" {
-			t.Fatalf("Register request %v", req)
-		}
-		if _, err := os.Stat(filepath.Join(dir, "p.sock")); err != nil {
-			t.Fatalf("plugin socket not served again (own socket removed: %v): %v", removeOwn, err)
-		}
+			waitFile(t, filepath.Join(dir, "p.sock"))
+		})
 	}
 }
 
@@ -66,16 +99,20 @@ func TestPollAloneReRegisters(t *testing.T) {
 }
 
 // The kubelet directory does not exist yet when the plugin starts: it
-// polls until it does, then watches it.
+// lists it until it does, then watches it (or keeps listing it).
 func TestWatchStartsOnceTheDirectoryExists(t *testing.T) {
-	dir := filepath.Join(kubelettest.Dir(t), "device-plugins")
-	runRegistrar(t, dir, WithPoll(time.Hour))
-	time.Sleep(3 * fallbackPoll)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
+	for _, m := range watchModes {
+		t.Run(m.name, func(t *testing.T) {
+			dir := filepath.Join(kubelettest.Dir(t), "device-plugins")
+			runRegistrar(t, dir, append([]Option{WithPoll(time.Hour)}, m.opts...)...)
+			time.Sleep(3 * fallbackPoll)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			k := kubelettest.Start(t, dir)
+			k.WaitRegister(t, 2*time.Second)
+			k = k.Restart(t)
+			k.WaitRegister(t, 2*time.Second)
+		})
 	}
-	k := kubelettest.Start(t, dir)
-	k.WaitRegister(t, 2*time.Second)
-	k = k.Restart(t)
-	k.WaitRegister(t, 2*time.Second)
 }

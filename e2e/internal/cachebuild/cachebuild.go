@@ -7,6 +7,7 @@ package cachebuild
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -22,18 +23,34 @@ const ExitUnavailable = 3
 // ErrUnavailable is wrapped by Run's error when the script exits 3.
 var ErrUnavailable = errors.New("the package archive cannot be reached and nothing is cached")
 
+// debianMirrors is the shell library the scripts source from
+// ../internal/cachebuild/ beside their own directory.
+//
+//go:embed debian-mirrors.sh
+var debianMirrors []byte
+
 // Run writes script (embedded, so it runs from any directory; its cache key
-// hashes its content) to a temporary file, runs it with bash and args, and
-// returns the last stdout line. Progress (stderr) is copied to log (nil:
-// dropped); an error quotes its last lines and names what (e.g.
-// "e2e/driverroot/build.sh").
+// hashes its content) to a temporary file, with the library it sources
+// where it looks for it, runs it with bash and args, and returns the last
+// stdout line. Progress (stderr) is copied to log (nil: dropped); an error
+// quotes its last lines and names what (e.g. "e2e/driverroot/build.sh").
 func Run(ctx context.Context, script []byte, what string, log io.Writer, args ...string) (string, error) {
 	dir, err := os.MkdirTemp("", "nvinject-cachebuild-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "build.sh")
+	// As in e2e/: <name>/build.sh and internal/cachebuild/debian-mirrors.sh.
+	path := filepath.Join(dir, "script", "build.sh")
+	lib := filepath.Join(dir, "internal", "cachebuild", "debian-mirrors.sh")
+	for _, d := range []string{filepath.Dir(path), filepath.Dir(lib)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+	}
+	if err := os.WriteFile(lib, debianMirrors, 0o644); err != nil {
+		return "", err
+	}
 	if err := os.WriteFile(path, script, 0o755); err != nil {
 		return "", err
 	}

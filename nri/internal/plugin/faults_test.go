@@ -3,6 +3,8 @@ package plugin_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -202,6 +204,38 @@ func TestReconnectsWhenTheSocketReappears(t *testing.T) {
 	waitFor(t, func() bool { return e.runner.Ready() == nil })
 	if took := time.Since(t0); took > time.Second {
 		t.Errorf("reconnected %s after the runtime came back; the socket watch should make it immediate", took)
+	} else {
+		t.Logf("reconnected %s after the runtime came back", took.Round(time.Millisecond))
+	}
+}
+
+// TestReconnectsWhenTheSocketDirectoryComesBack: while the socket's
+// directory is gone it is listed, so its return is seen, and the socket in
+// it reconnects the plugin at once, as in the test above, not at the
+// backoff's next attempt.
+func TestReconnectsWhenTheSocketDirectoryComesBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("keeps the runtime down for 1s")
+	}
+	e := start(t, envOpts{runnerOpts: []plugin.RunnerOption{plugin.WithRetryInterval(time.Minute)}})
+	waitFor(t, func() bool { return e.runner.Ready() == nil })
+	e.rt.Stop()
+	waitFor(t, func() bool { return e.runner.Ready() != nil })
+	dir := filepath.Dir(e.rt.Socket)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	// Attempts so far at about 1, 3, 7, ... 1023ms; the next at 2047ms.
+	time.Sleep(1100 * time.Millisecond)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	e.rt.Start(t)
+	e.rt.WaitSynced(t)
+	waitFor(t, func() bool { return e.runner.Ready() == nil })
+	if took := time.Since(t0); took > 500*time.Millisecond {
+		t.Errorf("reconnected %s after the socket's directory and the runtime came back; listing the absent directory should make it immediate", took)
 	} else {
 		t.Logf("reconnected %s after the runtime came back", took.Round(time.Millisecond))
 	}

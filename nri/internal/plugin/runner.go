@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -11,16 +12,16 @@ import (
 
 	nrilog "github.com/containerd/nri/pkg/log"
 	"github.com/containerd/nri/pkg/stub"
-	"github.com/fsnotify/fsnotify"
 
 	"github.com/nvinject/nvinject/nri/internal/metrics"
+	"github.com/nvinject/nvinject/shared/fswatch"
 )
 
 // Runner keeps the handler registered with the runtime's NRI. The NRI stub
 // connects once; when containerd restarts the connection closes, so Runner
 // makes a new stub and connects again until its context ends: as soon as
-// the socket is created again (a watch on its directory), and otherwise
-// with a backoff from minRetry up to the retry interval.
+// the socket is there again (a watch on its directory, shared/fswatch),
+// and otherwise with a backoff from minRetry up to the retry interval.
 type Runner struct {
 	handler   *Handler
 	name      string
@@ -71,11 +72,13 @@ const minRetry = time.Millisecond
 // configuration error that no retry can fix.
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.handler.Wait()
-	var watcher sync.WaitGroup
-	defer watcher.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	appeared := r.watchSocket(ctx, &watcher)
+	socket := filepath.Clean(r.socket)
+	watch, err := fswatch.Start(ctx, []string{filepath.Dir(socket)}, fswatch.WithLogger(r.log.With("watch", "NRI socket directory")),
+		fswatch.WithFilter(func(p string) bool { return p == socket }))
+	if err != nil {
+		return fmt.Errorf("watch the NRI socket's directory %s: %w", filepath.Dir(socket), err)
+	}
+	defer watch.Close()
 	backoff := minRetry
 	for {
 		closed := make(chan struct{})
@@ -89,13 +92,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		if err := s.Start(ctx); err != nil {
 			r.log.Warn("cannot register with NRI; retrying when the socket appears", "socket", r.socket, "error", err.Error(), "retry_in", backoff.String())
-			select {
-			case <-ctx.Done():
+			if !r.awaitRetry(ctx, watch.Changes(), socket, &backoff) {
 				return nil
-			case <-appeared:
-				backoff = minRetry
-			case <-time.After(backoff):
-				backoff = min(2*backoff, r.retry)
 			}
 			continue
 		}
@@ -123,6 +121,28 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
+// awaitRetry waits out backoff, doubling it, or resets it and returns as
+// soon as a change shows the socket there; false when ctx ends.
+func (r *Runner) awaitRetry(ctx context.Context, changes <-chan fswatch.Change, socket string, backoff *time.Duration) bool {
+	timer := time.NewTimer(*backoff)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changes:
+			// A removal is a change too: retry only for a socket.
+			if _, err := os.Stat(socket); err == nil {
+				*backoff = minRetry
+				return true
+			}
+		case <-timer.C:
+			*backoff = min(2**backoff, r.retry)
+			return true
+		}
+	}
+}
+
 // SimDisconnect drops the NRI connection and stays away for d before
 // reconnecting. SIMULATION ONLY: the fault tests use it to play a plugin
 // that lost its connection; the command serves it only with simulated GPUs.
@@ -143,50 +163,6 @@ func (r *Runner) setConnected(up bool) {
 	if r.metrics != nil {
 		r.metrics.Connected(up)
 	}
-}
-
-// watchSocket signals each creation of the socket until ctx ends. Without
-// a watch (the directory is missing, or inotify is unavailable) the channel
-// never fires and the backoff alone paces the attempts.
-func (r *Runner) watchSocket(ctx context.Context, wg *sync.WaitGroup) <-chan struct{} {
-	out := make(chan struct{}, 1)
-	w, err := fsnotify.NewWatcher()
-	if err == nil {
-		if err = w.Add(filepath.Dir(r.socket)); err != nil {
-			w.Close()
-		}
-	}
-	if err != nil {
-		r.log.Warn("cannot watch the NRI socket's directory; reconnecting on a timer only", "socket", r.socket, "error", err.Error())
-		return out
-	}
-	socket := filepath.Clean(r.socket)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer w.Close()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if ev.Name == socket && ev.Has(fsnotify.Create) {
-					select {
-					case out <- struct{}{}:
-					default:
-					}
-				}
-			case _, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-			}
-		}
-	}()
-	return out
 }
 
 // nriLogger routes the NRI library's own messages to slog. Its Info

@@ -4,8 +4,9 @@
 //
 // Spec changes never stall a lookup: the spec files are parsed one by one
 // into a snapshot that Resolve reads without a lock. A watch on the spec
-// directories collects the changed files for a short debounce, parses only
-// those again, builds the next snapshot off the hot path and swaps it in.
+// directories (shared/fswatch, which polls one it cannot watch) collects
+// the changed files for a short debounce, parses only those again, builds
+// the next snapshot off the hot path and swaps it in.
 package resolve
 
 import (
@@ -25,13 +26,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/fswatch"
 )
 
 // DefaultDebounce is how long a reload collects file events after the first
@@ -48,6 +49,8 @@ type Resolver struct {
 	reloads  atomic.Int64
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
+	// watchOpts are added to the directory watch's; tests poll.
+	watchOpts []fswatch.Option
 	// files is owned by the watch goroutine after New.
 	files map[string]file
 }
@@ -112,19 +115,20 @@ func New(dirs []string, opts ...Option) (*Resolver, error) {
 	for _, o := range opts {
 		o(r)
 	}
-	w, err := fsnotify.NewWatcher()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := fswatch.Start(ctx, r.dirs, append([]fswatch.Option{fswatch.WithDebounce(r.debounce),
+		fswatch.WithLogger(r.log.With("watch", "CDI spec directories"))}, r.watchOpts...)...)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("watch CDI spec directories %s: %w", strings.Join(dirs, ", "), err)
 	}
-	r.watch(w)
 	r.rescan()
-	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		defer w.Close()
-		r.run(ctx, w)
+		r.run(ctx, w.Changes())
 	}()
 	return r, nil
 }
@@ -136,59 +140,16 @@ func (r *Resolver) Close() error {
 	return nil
 }
 
-// watch adds each spec dir, or for a dir not there yet its nearest existing
-// parent, so the dir's creation is seen too. Adding a dir twice is harmless.
-func (r *Resolver) watch(w *fsnotify.Watcher) {
-	for _, d := range r.dirs {
-		for p := d; ; p = filepath.Dir(p) {
-			if err := w.Add(p); err == nil || p == filepath.Dir(p) {
-				break
-			}
-		}
-	}
-}
-
-func (r *Resolver) run(ctx context.Context, w *fsnotify.Watcher) {
-	var timer <-chan time.Time
-	changed := map[string]bool{}
-	all := false
+func (r *Resolver) run(ctx context.Context, changes <-chan fswatch.Change) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-w.Events:
-			if !ok {
-				return
-			}
-			switch {
-			case slices.ContainsFunc(r.dirs, func(d string) bool { return d == ev.Name || strings.HasPrefix(d, ev.Name+"/") }):
-				// A spec dir, or a dir above one, appeared or went away.
-				r.watch(w)
-				all = true
-			case slices.Contains(r.dirs, filepath.Dir(ev.Name)):
-				changed[ev.Name] = true
-			default:
-				continue
-			}
-			if timer == nil {
-				timer = time.After(r.debounce)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return
-			}
-			// An overflow loses events: read everything again.
-			r.log.Warn("CDI spec directory watch error; rereading the spec directories", "error", err.Error())
-			all = true
-			if timer == nil {
-				timer = time.After(r.debounce)
-			}
-		case <-timer:
-			timer = nil
-			if all {
+		case c := <-changes:
+			if c.Rescan {
 				r.rescan()
 			} else {
-				for p := range changed {
+				for _, p := range c.Paths {
 					r.reread(p, true)
 					// Parsing is the one costly step; let the hot path
 					// run between files.
@@ -196,8 +157,6 @@ func (r *Resolver) run(ctx context.Context, w *fsnotify.Watcher) {
 				}
 				r.publish()
 			}
-			clear(changed)
-			all = false
 			r.reloads.Add(1)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvinject/nvinject/nri/internal/nritest"
+	"github.com/nvinject/nvinject/shared/fswatch"
 )
 
 func writeSpec(t testing.TB, dir, file, kind, dev string) {
@@ -44,15 +45,28 @@ func until(t *testing.T, what string, cond func() bool) time.Duration {
 
 // TestFollowsTheDirectory: a spec added, removed, or placed in a spec dir
 // that did not exist when the resolver started shows in Resolve within the
-// stated bound (debounce plus one reload).
+// stated bound (debounce plus one reload, or one poll where inotify cannot
+// watch: before the poll, a resolver failed to start without inotify).
 func TestFollowsTheDirectory(t *testing.T) {
+	for _, m := range []struct {
+		name string
+		opts []Option
+	}{
+		{"inotify", nil},
+		{"poll only", []Option{func(r *Resolver) { r.watchOpts = []fswatch.Option{fswatch.PollOnly()} }}},
+	} {
+		t.Run(m.name, func(t *testing.T) { followsTheDirectory(t, m.opts...) })
+	}
+}
+
+func followsTheDirectory(t *testing.T, opts ...Option) {
 	root := t.TempDir()
 	dir, later := filepath.Join(root, "cdi"), filepath.Join(root, "run", "cdi")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	writeSpec(t, dir, "a.yaml", "example.com/a", "d0")
-	r, err := New([]string{dir, later}, WithDebounce(20*time.Millisecond))
+	r, err := New([]string{dir, later}, append([]Option{WithDebounce(20 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
