@@ -240,7 +240,11 @@ func TestHoldsResourceEndpoint(t *testing.T) {
 // spec as the device plugin, createContainer hooks included (ld.so.cache,
 // library links), since it replaces the node's one spec.
 func TestSpecRunsTheHooks(t *testing.T) {
-	const hook = "/var/lib/nvinject/bin/nvinject-cdi-hook"
+	// The spec names the hook by its host path; any executable file will do.
+	hook := filepath.Join(t.TempDir(), "nvinject-cdi-hook")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	r := newRig(t, "sim:a100-80gb", "--hook-binary="+hook)
 	b, err := os.ReadFile(filepath.Join(r.cfg.CDISpecDir, "nvidia.com-gpu.yaml"))
 	if err != nil {
