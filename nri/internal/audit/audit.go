@@ -47,7 +47,7 @@ type Assignment struct {
 	Asked    bool
 	NotAsked string
 	// Resource and DeviceIDs: the device plugin's; Claims: DRA's, as
-	// "ResourceClaim ns/name: pool/device".
+	// "namespace/claim:pool/device".
 	Resource  string
 	DeviceIDs []string
 	Claims    []string

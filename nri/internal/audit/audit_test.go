@@ -19,7 +19,7 @@ func TestRecordNote(t *testing.T) {
 	dp.DriverMounts, dp.SpecMounts = 41, 41
 
 	dra := dp
-	dra.Assigned = Assignment{Asked: true, Resource: contract.ResourceName, Claims: []string{"ResourceClaim default/vllm-0-gpu-x: nvinject-sim-worker/gpu-0"}}
+	dra.Assigned = Assignment{Asked: true, Resource: contract.ResourceName, Claims: []string{"default/vllm-0-gpu-x:nvinject-sim-worker/gpu-0"}}
 
 	spoof := pod
 	spoof.Reason, spoof.Error = "pod-annotation", "nvinject: pod-level annotations name GPUs"
@@ -40,7 +40,7 @@ func TestRecordNote(t *testing.T) {
 			Container: "vllm", Assigned: "nvidia.com/gpu [" + uuid + "]", CDI: "[nvidia.com/gpu=" + uuid + "]",
 			Checked: "devices [/dev/nvidia0 195:0] env [NVINJECT_GPU_UUID_0=" + uuid + "] driver mounts 41/41", Verdict: "admitted [" + uuid + "]"}},
 		{"DRA, admitted", dra, contract.EventReasonGPUAdmitted, contract.AuditNote{
-			Container: "vllm", Assigned: "DRA [ResourceClaim default/vllm-0-gpu-x: nvinject-sim-worker/gpu-0]", CDI: "[nvidia.com/gpu=" + uuid + "]",
+			Container: "vllm", Assigned: "DRA [default/vllm-0-gpu-x:nvinject-sim-worker/gpu-0]", CDI: "[nvidia.com/gpu=" + uuid + "]",
 			Checked: "devices [/dev/nvidia0 195:0] env [NVINJECT_GPU_UUID_0=" + uuid + "] driver mounts 41/41", Verdict: "admitted [" + uuid + "]"}},
 		{"refused before the check", spoof, contract.EventReasonGPURefused, contract.AuditNote{
 			Container: "vllm", Assigned: "not asked (refused before kubelet was asked)", CDI: "none", Checked: "not reached",
