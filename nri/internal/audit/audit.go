@@ -7,6 +7,7 @@ package audit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nvinject/nvinject/shared/contract"
@@ -31,9 +32,10 @@ type Record struct {
 	Assigned Assignment
 	// CDI are the container's CDI device names.
 	CDI []string
-	// Devices are the ways the final container reaches a GPU (device
-	// nodes, bind mounts of /dev/nvidiaN, device cgroup rules), Env its
-	// NVINJECT_GPU_UUID_* variables.
+	// Checked: the container's GPUs were checked, and Devices are the
+	// ways it reaches a GPU (device nodes, bind mounts of /dev/nvidiaN,
+	// device cgroup rules), Env its NVINJECT_GPU_UUID_* variables.
+	Checked      bool
 	Devices, Env []string
 	// DriverMounts of the CDI spec's SpecMounts are in the final container.
 	DriverMounts, SpecMounts int
@@ -54,6 +56,8 @@ type Assignment struct {
 }
 
 // Bounded returns r with every list and string within the package's bounds.
+// A list already within them is shared, not copied (the request path makes
+// a record per GPU container): its owner must not change it afterwards.
 func (r Record) Bounded() Record {
 	for _, s := range []*string{&r.Namespace, &r.Pod, &r.PodUID, &r.Container, &r.RuntimeHandler, &r.Reason, &r.Assigned.NotAsked, &r.Assigned.Resource} {
 		*s = contract.Cut(*s, 2*MaxItem)
@@ -68,8 +72,8 @@ func (r Record) Bounded() Record {
 // bound keeps MaxItems items of l, each cut to MaxItem bytes, and one more
 // counting the rest.
 func bound(l []string) []string {
-	if l == nil {
-		return nil
+	if len(l) <= MaxItems && !slices.ContainsFunc(l, func(s string) bool { return len(s) > MaxItem }) {
+		return l
 	}
 	out := make([]string, 0, min(len(l), MaxItems+1))
 	for i, s := range l {
@@ -105,7 +109,7 @@ func (r Record) Note() contract.AuditNote {
 	if r.SpecMounts > 0 {
 		checked += " driver mounts " + r.mounts()
 	}
-	if r.Devices == nil && r.Env == nil && r.SpecMounts == 0 {
+	if !r.Checked {
 		checked = "not reached"
 	}
 	verdict := "admitted " + list(r.UUIDs)

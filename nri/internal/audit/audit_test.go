@@ -15,7 +15,7 @@ func TestRecordNote(t *testing.T) {
 	dp := pod
 	dp.Admitted, dp.UUIDs = true, []string{uuid}
 	dp.Assigned = Assignment{Asked: true, Resource: contract.ResourceName, DeviceIDs: []string{uuid}}
-	dp.CDI, dp.Devices, dp.Env = []string{"nvidia.com/gpu=" + uuid}, []string{"/dev/nvidia0 195:0"}, []string{"NVINJECT_GPU_UUID_0=" + uuid}
+	dp.Checked, dp.CDI, dp.Devices, dp.Env = true, []string{"nvidia.com/gpu=" + uuid}, []string{"/dev/nvidia0 195:0"}, []string{"NVINJECT_GPU_UUID_0=" + uuid}
 	dp.DriverMounts, dp.SpecMounts = 41, 41
 
 	dra := dp
@@ -28,7 +28,7 @@ func TestRecordNote(t *testing.T) {
 	nothing := pod
 	nothing.Reason, nothing.Error = "foreign-gpu", "nvinject: container would get /dev/nvidia1"
 	nothing.Assigned = Assignment{Asked: true, Resource: contract.ResourceName}
-	nothing.Devices = []string{"bind mount of /dev/nvidia1 195:1"}
+	nothing.Checked, nothing.Devices = true, []string{"bind mount of /dev/nvidia1 195:1"}
 
 	tests := []struct {
 		name   string

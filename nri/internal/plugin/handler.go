@@ -300,7 +300,7 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 	// ValidateContainerAdjustment.
 	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
 	if err := verify.Check(in); err != nil {
-		out.rec.Devices, out.rec.Env = gpuNodes(in.Nodes), uuidEnv(in.Env)
+		out.rec.Checked, out.rec.Devices, out.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
 		return out, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
 	uuids := verify.UUIDs(gpus)

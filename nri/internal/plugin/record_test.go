@@ -64,15 +64,15 @@ func TestVerdictRecords(t *testing.T) {
 		want          *audit.Record // nil: no record
 	}{
 		{name: "device plugin, admitted", pod: nritest.Pod("dp", "nvidia", nil), containerdCDI: []string{n.Name(1)}, cri: []string{n.Name(1)},
-			want: &audit.Record{Admitted: true, UUIDs: []string{u1}, CDI: []string{n.Name(1)}, Devices: gpu1, Env: env1,
+			want: &audit.Record{Admitted: true, Checked: true, UUIDs: []string{u1}, CDI: []string{n.Name(1)}, Devices: gpu1, Env: env1,
 				Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, DeviceIDs: []string{u1}}}},
 		{name: "DRA, containerd applied the claim's CDI name", pod: nritest.Pod("dra", "nvidia", nil), containerdCDI: []string{n.Name(3)},
-			want: &audit.Record{Admitted: true, UUIDs: []string{u3}, CDI: []string{n.Name(3)}, Devices: []string{"/dev/nvidia3 195:3"},
+			want: &audit.Record{Admitted: true, Checked: true, UUIDs: []string{u3}, CDI: []string{n.Name(3)}, Devices: []string{"/dev/nvidia3 195:3"},
 				Env:      []string{contract.EnvUUIDPrefix + "3=" + u3},
 				Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, Claims: []string{"default/gpu-pod-dra:node/gpu-1"}}}},
 		{name: "kubelet assigned another GPU: refused by the final check", pod: nritest.Pod("mismatch", "nvidia", nil),
 			containerdCDI: []string{n.Name(1)}, cri: []string{n.Name(1)},
-			want: &audit.Record{Reason: "podresources-mismatch", CDI: []string{n.Name(1)}, Devices: gpu1, Env: env1,
+			want: &audit.Record{Reason: "podresources-mismatch", Checked: true, CDI: []string{n.Name(1)}, Devices: gpu1, Env: env1,
 				Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, DeviceIDs: []string{u2}}}},
 		{name: "pod-level spoof: refused in CreateContainer", pod: nritest.Pod("spoof", "nvidia", map[string]string{"cdi.k8s.io/x": n.Name(3)}),
 			want: &audit.Record{Reason: plugin.ReasonPodLevel, Assigned: audit.Assignment{NotAsked: "the verdict came before kubelet was asked"}}},
@@ -97,7 +97,7 @@ func TestVerdictRecords(t *testing.T) {
 			if got.Namespace != "default" || got.Pod != tc.pod.GetName() || got.PodUID != tc.pod.GetUid() || got.Container != "main" || got.RuntimeHandler != "nvidia" {
 				t.Errorf("record names %s/%s uid %s container %s handler %s", got.Namespace, got.Pod, got.PodUID, got.Container, got.RuntimeHandler)
 			}
-			if got.Admitted != tc.want.Admitted || got.Reason != tc.want.Reason || !slices.Equal(got.UUIDs, tc.want.UUIDs) ||
+			if got.Admitted != tc.want.Admitted || got.Reason != tc.want.Reason || got.Checked != tc.want.Checked || !slices.Equal(got.UUIDs, tc.want.UUIDs) ||
 				!slices.Equal(got.CDI, tc.want.CDI) || !slices.Equal(got.Devices, tc.want.Devices) || !slices.Equal(got.Env, tc.want.Env) ||
 				fmt.Sprint(got.Assigned) != fmt.Sprint(tc.want.Assigned) {
 				t.Errorf("record\n%+v\nwant\n%+v", got, *tc.want)

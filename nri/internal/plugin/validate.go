@@ -63,7 +63,7 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 		// request of nvinject's GPUs; another plugin may not add one.
 		in := verify.Input{Nodes: gpuAccess(adj.GetLinux().GetDevices(), adj.GetMounts(), adj.GetLinux().GetResources().GetDevices())}
 		c.rec.Assigned.NotAsked = "not a GPU runtime handler"
-		c.rec.Devices = gpuNodes(in.Nodes)
+		c.rec.Checked, c.rec.Devices = true, gpuNodes(in.Nodes)
 		if err := verify.Check(in); err != nil {
 			return c, refuse(reasonOf(err), fmt.Errorf("%s (runtime handler %q): an NRI plugin adds a GPU: %w", who, pod.GetRuntimeHandler(), err))
 		}
@@ -109,7 +109,7 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	// What was found goes into the record only for a verdict that is
 	// recorded: a container without GPUs that passes records nothing.
 	found := func() {
-		c.rec.Devices, c.rec.Env = gpuNodes(in.Nodes), uuidEnv(in.Env)
+		c.rec.Checked, c.rec.Devices, c.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
 		c.rec.DriverMounts, c.rec.SpecMounts = driverMounts(res, final.mounts)
 	}
 	if err := wildcard(who, final.cgroup); err != nil {
