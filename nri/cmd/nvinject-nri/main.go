@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -108,7 +108,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Warn("no API server access: audit Events are off; verdicts are the same and logged", logging.Err(err))
 		m.AuditEnabled(false)
 	} else {
-		sink := events.New(api.CoreV1(), events.WithLogger(log), events.WithCounter(m), events.WithNodeName(cfg.NodeName))
+		sink := events.New(api, events.WithLogger(log), events.WithCounter(m), events.WithNodeName(cfg.NodeName))
 		wg.Go(func() { sink.Run(ctx) })
 		m.AuditEnabled(true)
 		opts = append(opts, plugin.WithAuditor(sink))
@@ -137,8 +137,9 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 }
 
 // apiClient is the client the audit Events go through: --kubeconfig, else
-// the pod's service account.
-func apiClient(kubeconfig string) (kubernetes.Interface, error) {
+// the pod's service account. Only core/v1: the whole clientset would
+// triple the binary.
+func apiClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -154,7 +155,7 @@ func apiClient(kubeconfig string) (kubernetes.Interface, error) {
 	// kubelet's own Event rate (--event-qps, --event-burst); client-go's
 	// default 5/s would queue a burst of GPU pods.
 	cfg.UserAgent, cfg.QPS, cfg.Burst = name, 50, 100
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := typedcorev1.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)
 	}
