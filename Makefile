@@ -104,6 +104,7 @@ bench: ## Go benchmarks; each figure has an anchor measured in the same run
 .PHONY: fuzz
 fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 15s $(MODULE)/shared/contract
+	$(GO) test -run '^$$' -fuzz FuzzParseAuditNote -fuzztime 15s $(MODULE)/shared/contract
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/gpu/gpuselect
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/cdi/ldcache
 	$(GO) test -run '^$$' -fuzz FuzzResolve -fuzztime 15s $(MODULE)/shared/driverroot

@@ -182,13 +182,14 @@ func podClaimNames(p *corev1.Pod) []string {
 	return out
 }
 
-// claimOf summarises rc; Devices holds only the driver's results from pools.
+// claimOf summarises rc; Devices holds only the driver's results from pools
+// (nil: from any pool).
 func claimOf(rc *resourceapi.ResourceClaim, pools map[string]bool) Claim {
 	cl := Claim{Namespace: rc.Namespace, Name: rc.Name, Extended: rc.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true"}
 	if a := rc.Status.Allocation; a != nil {
 		cl.Allocated = true
 		for _, r := range a.Devices.Results {
-			if r.Driver == contract.DRADriver && pools[r.Pool] {
+			if r.Driver == contract.DRADriver && (pools == nil || pools[r.Pool]) {
 				cl.Devices = append(cl.Devices, ClaimDevice{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device})
 			}
 		}

@@ -52,4 +52,13 @@
 //
 // Report.Broken lists broken layers in chain order; the first is where to
 // start, since later layers depend on earlier ones.
+//
+// Explain (`nvinject-doctor explain POD`) follows one pod the same way:
+// CollectExplain reads the pod, its ResourceClaims, the audit Events
+// nvinject-nri recorded on it (contract.EventReasonGPUAdmitted and
+// EventReasonGPURefused, each note a contract.AuditNote) and nvinject-nri's
+// audit metrics on its node into an ExplainEvidence; Explain turns that,
+// without I/O, into each container's chain (requested → allocated →
+// kubelet assigned → CDI names → checked → verdict → now), or says why no
+// record explains it; WriteExplanation renders it.
 package doctor

@@ -45,8 +45,8 @@ func WriteTable(w io.Writer, r Report) error {
 	return tw.Flush()
 }
 
-// WriteJSON writes the report as indented JSON.
-func WriteJSON(w io.Writer, r Report) error {
+// WriteJSON writes a Report or an ExplainReport as indented JSON.
+func WriteJSON(w io.Writer, r any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)

@@ -40,12 +40,19 @@ func splitDRA(t *testing.T, stream []byte) (draObjects, []byte) {
 	var d draObjects
 	var rest [][]byte
 	for i, doc := range bytes.Split(stream, []byte("\n---")) {
-		var tm struct{ APIVersion, Kind string }
+		var tm struct {
+			APIVersion, Kind string
+			Metadata         struct{ Name string }
+		}
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
 			t.Fatalf("document %d: %v", i, err)
 		}
 		var err error
-		switch tm.APIVersion + "/" + tm.Kind {
+		kind := tm.APIVersion + "/" + tm.Kind
+		if tm.Kind != "DeviceClass" && tm.Metadata.Name != draDaemonSet {
+			kind = "" // nvinject-nri's RBAC is the base's
+		}
+		switch kind {
 		case "resource.k8s.io/v1/DeviceClass":
 			_, err = into(doc, &d.classes)
 		case "v1/ServiceAccount":

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -31,6 +32,9 @@ type objects struct {
 	deployments []appsv1.Deployment
 	services    []corev1.Service
 	pods        []corev1.Pod
+	accounts    []corev1.ServiceAccount
+	roles       []rbacv1.ClusterRole
+	roleBinds   []rbacv1.ClusterRoleBinding
 	all         []metav1.Object
 }
 
@@ -77,6 +81,12 @@ func decode(t *testing.T, stream []byte) objects {
 			obj, err = into(doc, &o.services)
 		case "v1/Pod":
 			obj, err = into(doc, &o.pods)
+		case "v1/ServiceAccount":
+			obj, err = into(doc, &o.accounts)
+		case "rbac.authorization.k8s.io/v1/ClusterRole":
+			obj, err = into(doc, &o.roles)
+		case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
+			obj, err = into(doc, &o.roleBinds)
 		default:
 			t.Fatalf("document %d: unexpected %s %s", i, tm.APIVersion, tm.Kind)
 		}

@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -186,8 +187,10 @@ func checkDaemonSet(t *testing.T, name string, ds appsv1.DaemonSet, b build) {
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		t.Errorf("%s: shares a host namespace", name)
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		t.Errorf("%s: mounts a service account token it does not need", name)
+	// nvinject-nri's token creates its audit Events; the device plugin needs none.
+	wantSA := map[string]string{nri: nri}[name]
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != (wantSA != "") || spec.ServiceAccountName != wantSA {
+		t.Errorf("%s: service account %q, token mounted %v; want %q and a token only for it", name, spec.ServiceAccountName, spec.AutomountServiceAccountToken, wantSA)
 	}
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%s: %d containers", name, len(spec.Containers))
@@ -278,8 +281,9 @@ func TestDevicePluginEnvIsTheSeeds(t *testing.T) {
 		if got := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Env; !reflect.DeepEqual(got, seed) {
 			t.Errorf("%s: env = %+v, want the seed's %+v", b.dir, got, seed)
 		}
-		if got := o.daemonSets[nri].Spec.Template.Spec.Containers[0].Env; len(got) != 0 {
-			t.Errorf("%s: nri env = %+v, want none", b.dir, got)
+		// nvinject-nri's one variable names the node in its audit Events.
+		if got := o.daemonSets[nri].Spec.Template.Spec.Containers[0].Env; len(got) != 1 || got[0].Name != "NODE_NAME" {
+			t.Errorf("%s: nri env = %+v, want NODE_NAME only", b.dir, got)
 		}
 	}
 }
@@ -409,5 +413,54 @@ func TestKustomizeOptions(t *testing.T) {
 	}
 	if _, err := Kustomize("overlays/nope"); err == nil || !strings.Contains(err.Error(), "overlays/<name>") {
 		t.Errorf("unknown overlay error = %v", err)
+	}
+}
+
+// TestNRIAuditAccess: nvinject-nri's service account may create and patch
+// Events (core and events.k8s.io) and nothing else, in the Kustomize base
+// and overlays and the Helm chart alike; its pod knows its node's name.
+func TestNRIAuditAccess(t *testing.T) {
+	dra, err := Helm(map[string]any{"mode": "dra"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest := splitDRA(t, dra)
+	rendered := map[string]objects{"helm": helm(t, nil), "helm mode=dra": decode(t, rest)}
+	for _, b := range builds {
+		rendered[b.dir] = kustomize(t, b.dir)
+	}
+	for _, dir := range draOverlays {
+		out, err := Kustomize(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest := splitDRA(t, out)
+		rendered[dir] = decode(t, rest)
+	}
+	for name, o := range rendered {
+		t.Run(name, func(t *testing.T) {
+			sa := slices.IndexFunc(o.accounts, func(a corev1.ServiceAccount) bool { return a.Name == nri })
+			role := slices.IndexFunc(o.roles, func(r rbacv1.ClusterRole) bool { return r.Name == nri })
+			bind := slices.IndexFunc(o.roleBinds, func(b rbacv1.ClusterRoleBinding) bool { return b.Name == nri })
+			if sa < 0 || role < 0 || bind < 0 {
+				t.Fatalf("service account %d, ClusterRole %d, binding %d: want all of %s", sa, role, bind, nri)
+			}
+			want := []rbacv1.PolicyRule{{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}
+			if got := o.roles[role].Rules; !reflect.DeepEqual(got, want) {
+				t.Errorf("ClusterRole %s rules %+v, want %+v", nri, got, want)
+			}
+			rb := o.roleBinds[bind]
+			if rb.RoleRef.Name != nri || len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != nri ||
+				rb.Subjects[0].Namespace != o.accounts[sa].Namespace || o.accounts[sa].Namespace != contract.Namespace {
+				t.Errorf("binding %+v for account %s/%s", rb, o.accounts[sa].Namespace, o.accounts[sa].Name)
+			}
+			spec := o.daemonSets[nri].Spec.Template.Spec
+			env := slices.IndexFunc(spec.Containers[0].Env, func(e corev1.EnvVar) bool {
+				return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+			})
+			if spec.ServiceAccountName != nri || env < 0 {
+				t.Errorf("%s DaemonSet: service account %q, NODE_NAME from spec.nodeName %v", nri, spec.ServiceAccountName, env >= 0)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package simnode
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -81,6 +82,11 @@ func (d *Deployer) writeKustomization(dep Deployment) error {
 	if err != nil {
 		return fmt.Errorf("locate deploy/overlays/local-sim from %s: %w", dep.Kustomization, err)
 	}
+	api, err := url.Parse(d.kube.Config.Host)
+	if err != nil || api.Hostname() == "" || api.Port() == "" {
+		return fmt.Errorf("the node's API server address %q has no host and port: %v", d.kube.Config.Host, err)
+	}
+	apiHost, apiPort := api.Hostname(), api.Port()
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by e2e/simnode: deploy/overlays/local-sim on the local node %s.
 # Only the node's layout (run dir %s) and the selected GPU differ.
@@ -103,6 +109,9 @@ patches:
                 hostPath: {path: %s, type: DirectoryOrCreate}
               - name: pod-resources
                 hostPath: {path: %s, type: Directory}
+  # No kube-proxy here: nvinject-nri reaches the API server (its audit
+  # Events) on the node's loopback, as nvinject-dra does
+  # (deploy/components/local-sim-dra), with its in-cluster token and CA.
   - patch: |-
       apiVersion: apps/v1
       kind: DaemonSet
@@ -110,6 +119,12 @@ patches:
       spec:
         template:
           spec:
+            hostNetwork: true
+            containers:
+              - name: nri
+                env:
+                  - {name: KUBERNETES_SERVICE_HOST, value: "%s"}
+                  - {name: KUBERNETES_SERVICE_PORT, value: "%s"}
             volumes:
               - name: nri-socket
                 hostPath: {path: %s, type: Directory}
@@ -124,7 +139,7 @@ patches:
       data: {selected-gpu-uuid: %s}
 `, d.node.Name(), d.node.RunDir(), base,
 		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(), d.node.PodResourcesDir(),
-		NRIPlugin, Namespace, filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
+		NRIPlugin, Namespace, apiHost, apiPort, filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
 		DevicePlugin, Namespace, dep.UUID)
 	if dep.NVML != DefaultNVML {
 		// Both daemons read the same simulated inventory; the test ops fail the

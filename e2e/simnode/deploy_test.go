@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/nvinject/nvinject/e2e/localnode"
 )
 
@@ -24,7 +26,7 @@ func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
 	}
 	run := t.TempDir()
 	node := localnode.New(localnode.WithRunDir(run))
-	d := &Deployer{node: node, repo: repo}
+	d := &Deployer{node: node, repo: repo, kube: &Kube{Config: &rest.Config{Host: "https://127.0.0.1:16443"}}}
 	const uuid = "GPU-00000000-0000-0000-0000-000000000005"
 	dep := Deployment{GPUs: GPUs{NVML: "sim:a100-80gb*8", Selected: 5}, UUID: uuid, Kustomization: filepath.Join(run, "deploy", "nvinject")}
 	if err := d.writeKustomization(dep); err != nil {
@@ -46,6 +48,10 @@ func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
 		"image: ghcr.io/nvinject/nvinject-device-plugin:v",
 		"image: ghcr.io/nvinject/nvinject-nri:v",
 		"imagePullPolicy: Never",
+		// nvinject-nri's audit Events reach the API server on loopback.
+		"hostNetwork: true",
+		"name: KUBERNETES_SERVICE_HOST\n          value: 127.0.0.1",
+		"name: KUBERNETES_SERVICE_PORT\n          value: \"16443\"",
 	} {
 		if !strings.Contains(y, want) {
 			t.Errorf("rendered kustomization lacks %q", want)

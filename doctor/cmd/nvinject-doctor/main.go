@@ -7,6 +7,7 @@
 //	nvinject-doctor --kubeconfig ~/.kube/config --node-name k8s-ai-infra-worker
 //	nvinject-doctor --json --no-kube      # node-local evidence only
 //	nvinject-doctor --explain             # what each layer checks
+//	nvinject-doctor explain --pod-namespace default vllm-0   # one pod's GPU chain
 //
 // Exit status: 0 when no layer is broken, 1 when one is (or the doctor
 // failed), 2 on bad usage.
@@ -50,6 +51,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "explain" {
+		return explainRun(ctx, args[1:], stdout, stderr)
+	}
 	d := doctor.Defaults()
 	o := doctor.Options{}
 	cdiDirs := cli.NewStringList(d.CDISpecDirs...)
@@ -57,7 +61,7 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var logFlags logging.Flags
 	timeout := 30 * time.Second
 	c := cli.New(name, "[flags]", cli.WithOutput(stdout, stderr), cli.WithAbout(
-		"Walks the GPU chain of one node and prints a verdict per layer (ok, broken, unknown) with the evidence and the fix. --explain maps each layer to the seed's troubleshooting table."))
+		"Walks the GPU chain of one node and prints a verdict per layer (ok, broken, unknown) with the evidence and the fix. --explain maps each layer to the seed's troubleshooting table.\n\n'"+name+" explain POD' prints one pod's chain instead (see "+name+" explain --help)."))
 	fs := c.Flags()
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
 	fs.BoolVar(&o.NoKube, "no-kube", false, "do not consult the API server (node-local evidence only)")
@@ -121,7 +125,7 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	write := doctor.WriteTable
 	if asJSON {
-		write = doctor.WriteJSON
+		write = func(w io.Writer, r doctor.Report) error { return doctor.WriteJSON(w, r) }
 	}
 	if err := write(stdout, r); err != nil {
 		return fmt.Errorf("write report: %w", err)
@@ -130,4 +134,56 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errBroken
 	}
 	return nil
+}
+
+// explainRun is `nvinject-doctor explain [flags] POD`: one pod's chain from
+// nvinject-nri's audit Events and the live objects. Flags may follow POD.
+func explainRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	d := doctor.Defaults()
+	o := doctor.Options{PodNamespace: doctor.DefaultPodNamespace}
+	var asJSON bool
+	var logFlags logging.Flags
+	timeout := 30 * time.Second
+	c := cli.New(name+" explain", "[flags] POD", cli.WithOutput(stdout, stderr), cli.WithAbout(
+		"Prints how one pod's containers got their GPU, or why not: the GPUs each container requests, the claims' allocation, what kubelet assigned, the CDI names, the GPU device nodes, mounts and UUID environment nvinject-nri checked in the final container, and its verdict, from the audit Events nvinject-nri records on the pod ("+contract.EventReasonGPUAdmitted+", "+contract.EventReasonGPURefused+") and the live objects. Without a record it says why (no API access for nvinject-nri, not yet created, refused before nvinject-nri was asked, Events expired)."))
+	fs := c.Flags()
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "namespace of the pod")
+	fs.StringVar(&o.DaemonNamespace, "daemon-namespace", d.DaemonNamespace, "namespace of nvinject's DaemonSets")
+	fs.StringVar(&o.NRIMetrics, "nri-metrics", "", "nvinject-nri metrics URL (default: found from its pod on the pod's node)")
+	fs.StringVar(&o.Resource, "resource-name", d.Resource, "extended resource name")
+	fs.BoolVar(&asJSON, "json", false, "print the chain and its evidence as JSON")
+	fs.DurationVar(&timeout, "timeout", timeout, "overall time limit")
+	logFlags.Register(fs, logging.Text)
+	if err := c.Parse(args, nil); err != nil {
+		return err
+	}
+	if rest := c.Args(); len(rest) > 0 {
+		// The flag package stops at POD; flags after it are parsed too.
+		pod := rest[0]
+		if err := c.Parse(rest[1:], nil); err != nil {
+			return err
+		}
+		args = append([]string{pod}, c.Args()...)
+	} else {
+		args = nil
+	}
+	if len(args) != 1 {
+		return cli.Usagef("explain takes one pod name, got %q (see %s explain --help)", args, name)
+	}
+	log, err := logFlags.Logger(stderr)
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
+	o.Logger = log
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := doctor.RunExplain(ctx, o, args[0])
+	if err != nil {
+		return fmt.Errorf("explain %s/%s: %w", o.PodNamespace, args[0], err)
+	}
+	if asJSON {
+		return doctor.WriteJSON(stdout, r)
+	}
+	return doctor.WriteExplanation(stdout, r.Explanation)
 }

@@ -39,6 +39,10 @@ func TestRun(t *testing.T) {
 		{"explain DRA", []string{"--explain"}, 0, "DRA node: worker sees the GPU but no ResourceSlice offers it"},
 		{"bad mode", []string{"--mode", "cdi"}, 2, `--mode "cdi": want device-plugin or dra`},
 		{"DRA mode, node only", append([]string{"--mode", "dra", "--nvidia-smi", good, "--dra-metrics", "http://127.0.0.1:1/metrics"}, base...), 0, "mode dra (--mode dra)"},
+		{"explain help", []string{"explain", "--help"}, 0, "Usage: nvinject-doctor explain [flags] POD"},
+		{"explain without a pod", []string{"explain"}, 2, "explain takes one pod name"},
+		{"explain, two pods", []string{"explain", "a", "--pod-namespace", "x", "b"}, 2, `got ["a" "b"]`},
+		{"explain, no API server", []string{"explain", "vllm", "--kubeconfig", dir + "/none", "--pod-namespace", "ml"}, 1, "explain ml/vllm: load kubeconfig"},
 		{"deprecated alias", append([]string{"--nvidia-smi", good, "--resource=nvidia.com/gpu"}, base...), 0, "--resource is deprecated"},
 	}
 	for _, tt := range tests {

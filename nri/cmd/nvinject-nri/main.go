@@ -10,19 +10,25 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/config"
+	"github.com/nvinject/nvinject/nri/internal/events"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/simfault"
 	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/httpserve"
 	"github.com/nvinject/nvinject/shared/logging"
@@ -55,6 +61,11 @@ func start(ctx context.Context, args []string, getenv func(string) string, stdou
 }
 
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	// The audit writer lives as long as run: cancelled, then waited for.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
@@ -93,6 +104,15 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		defer pr.Close()
 		opts = append(opts, plugin.WithKubelet(pr))
 	}
+	if api, err := apiClient(cfg.Kubeconfig); err != nil {
+		log.Warn("no API server access: audit Events are off; verdicts are the same and logged", logging.Err(err))
+		m.AuditEnabled(false)
+	} else {
+		sink := events.New(api, events.WithLogger(log), events.WithCounter(m), events.WithNodeName(cfg.NodeName))
+		wg.Go(func() { sink.Run(ctx) })
+		m.AuditEnabled(true)
+		opts = append(opts, plugin.WithAuditor(sink))
+	}
 	h := plugin.NewHandler(col, res, opts...)
 	runner := plugin.NewRunner(h, cfg.PluginName, cfg.PluginIdx, cfg.SocketPath, plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m))
 
@@ -109,11 +129,37 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	log.Info("starting", "version", version.Version, "revision", version.Rev(), "socket", cfg.SocketPath, "plugin", cfg.PluginIdx+"-"+cfg.PluginName,
 		"cdi_spec_dirs", cfg.CDISpecDirs, "runtime_handlers", cfg.RuntimeHandlers, "pod_resources", cfg.PodResourcesSocket,
 		"cdi_kind", cfg.CDIVendor+"/"+cfg.CDIClass, "cdi_annotation_prefix", cfg.AnnotationPrefix, "resource_name", cfg.ResourceName,
-		"request_deadline", cfg.RequestDeadline.String())
+		"request_deadline", cfg.RequestDeadline.String(), "node_name", cfg.NodeName)
 	if err := runner.Run(ctx); err != nil {
 		return err
 	}
 	return <-errc
+}
+
+// apiClient is the client the audit Events go through: --kubeconfig, else
+// the pod's service account. Only core/v1: the whole clientset would
+// triple the binary.
+func apiClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("API server configuration (--kubeconfig=%s): %w; give a kubeconfig, or run in a pod with the nvinject-nri service account (a node without kube-proxy: set KUBERNETES_SERVICE_HOST/PORT to the API server's address)", contract.Quote(kubeconfig), err)
+	}
+	// kubelet's own Event rate (--event-qps, --event-burst); client-go's
+	// default 5/s would queue a burst of GPU pods.
+	cfg.UserAgent, cfg.QPS, cfg.Burst = name, 50, 100
+	c, err := typedcorev1.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)
+	}
+	return c, nil
 }
 
 // inventory reads the node's UUID→minor map once; the hot path never asks

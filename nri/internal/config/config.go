@@ -37,6 +37,10 @@ type Config struct {
 	LogLevel           string
 	RequestDeadline    time.Duration
 	SimDelay           time.Duration
+	// Kubeconfig is empty for the in-cluster configuration; NodeName names
+	// the node in the audit Events.
+	Kubeconfig string
+	NodeName   string
 }
 
 var idxRE = regexp.MustCompile(`^[0-9]{2}$`)
@@ -66,6 +70,9 @@ func Parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.NRIMetricsPort), "address serving /metrics, /healthz and /readyz (empty disables)")
 	fs.DurationVar(&c.RequestDeadline, "request-deadline", time.Second, "refuse a container whose CreateContainer or validation takes longer; keep it well below containerd's plugin_request_timeout (2s), past which containerd skips the plugin")
 	fs.DurationVar(&c.SimDelay, "sim-delay", 0, "SIMULATION ONLY (needs --nvml=sim:...): make every CreateContainer of a served runtime handler's pod wait this long first, to play a slow plugin")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for the API server the audit Events (GPUAdmitted, GPURefused) go to; empty: the in-cluster service account. Without API access the verdicts are the same and only logged")
+	fs.StringVar(&c.NodeName, "node-name", "", "this node's name, the audit Events' source host")
+	cmd.Env("node-name", "NODE_NAME")
 	logFlags.Register(fs, logging.JSON)
 	cmd.Deprecated("annotation-prefix", "cdi-annotation-prefix")
 	if err := cmd.Parse(args, getenv); err != nil {

@@ -57,6 +57,21 @@ func TestDeadlineAndSimDelay(t *testing.T) {
 	}
 }
 
+// TestAPIFlags: the audit Events' API client and node name; the node name
+// comes from the downward API's NODE_NAME too. The kubeconfig is a flag (or
+// NVINJECT_KUBECONFIG) only: a shell's KUBECONFIG does not send a test
+// run's Events to a cluster.
+func TestAPIFlags(t *testing.T) {
+	c, err := parse(nil, map[string]string{"NODE_NAME": "node-1", "KUBECONFIG": "/home/x/.kube/config"})
+	if err != nil || c.NodeName != "node-1" || c.Kubeconfig != "" {
+		t.Fatalf("from the environment: %+v, %v", c, err)
+	}
+	c, err = parse([]string{"--kubeconfig=/k", "--node-name=n"}, map[string]string{"NODE_NAME": "node-1"})
+	if err != nil || c.NodeName != "n" || c.Kubeconfig != "/k" {
+		t.Fatalf("flags: %+v, %v", c, err)
+	}
+}
+
 func TestInvalid(t *testing.T) {
 	for _, args := range [][]string{
 		{"--plugin-idx", "5"},

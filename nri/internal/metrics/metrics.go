@@ -16,6 +16,8 @@ type Metrics struct {
 	latency    prometheus.Histogram
 	connected  prometheus.Gauge
 	running    *prometheus.GaugeVec
+	audit      *prometheus.CounterVec
+	auditOn    prometheus.Gauge
 }
 
 // New registers the metrics on reg.
@@ -37,8 +39,18 @@ func New(reg prometheus.Registerer) *Metrics {
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: contract.MetricNRIRunningGPUs, Help: "GPU containers found at the last Synchronize, by check result.",
 		}, []string{"check"}),
+		audit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: contract.MetricNRIAuditEvents, Help: "Audit Events on GPU containers' pods, by outcome (sent, queue-full, rate-limited, failed).",
+		}, []string{"outcome"}),
+		auditOn: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: contract.MetricNRIAuditEnabled, Help: "1 while audit Events are recorded through the API server, 0 without an API client.",
+		}),
 	}
-	reg.MustRegister(m.injections, m.refusals, m.latency, m.connected, m.running)
+	// Every outcome shows from the start, at 0: none dropped is an answer.
+	for _, o := range []string{contract.AuditSent, contract.AuditQueueFull, contract.AuditRateLimited, contract.AuditFailed} {
+		m.audit.WithLabelValues(o)
+	}
+	reg.MustRegister(m.injections, m.refusals, m.latency, m.connected, m.running, m.audit, m.auditOn)
 	return m
 }
 
@@ -64,4 +76,16 @@ func (m *Metrics) Connected(up bool) {
 func (m *Metrics) Running(pass, fail int) {
 	m.running.WithLabelValues("pass").Set(float64(pass))
 	m.running.WithLabelValues("fail").Set(float64(fail))
+}
+
+// AuditEvent counts one audit record's outcome (a contract.Audit* value).
+func (m *Metrics) AuditEvent(outcome string) { m.audit.WithLabelValues(outcome).Inc() }
+
+// AuditEnabled records whether audit Events have an API client.
+func (m *Metrics) AuditEnabled(on bool) {
+	if on {
+		m.auditOn.Set(1)
+		return
+	}
+	m.auditOn.Set(0)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nvinject/nvinject/nri/internal/audit"
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/convert"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
@@ -48,6 +49,10 @@ type Resolver interface {
 type Kubelet interface {
 	List(ctx context.Context, resource, driver string) ([]podresources.Pod, error)
 }
+
+// Auditor takes the record of every verdict on a GPU container. It must
+// not block: it is called on the request path.
+type Auditor interface{ Record(audit.Record) }
 
 // Refusal reasons that are not a verify.Reason.
 const (
@@ -82,6 +87,7 @@ type Handler struct {
 	resolver  Resolver
 	kubelet   Kubelet
 	metrics   *metrics.Metrics
+	auditor   Auditor
 	handlers  map[string]bool
 	vendor    string
 	class     string
@@ -106,6 +112,10 @@ func WithKubelet(k Kubelet) Option { return func(h *Handler) { h.kubelet = k } }
 
 // WithMetrics sets where outcomes are counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(h *Handler) { h.metrics = m } }
+
+// WithAuditor sends the record of each verdict on a GPU container to a,
+// besides the log line.
+func WithAuditor(a Auditor) Option { return func(h *Handler) { h.auditor = a } }
 
 // WithRuntimeHandlers sets the runtime handlers served (default "nvidia").
 func WithRuntimeHandlers(names ...string) Option {
@@ -147,11 +157,12 @@ func NewHandler(c *collect.Collector, r Resolver, opts ...Option) *Handler {
 	return h
 }
 
-// outcome is what one container gets.
+// outcome is what one container gets; rec is what a refusal records.
 type outcome struct {
 	adj   *api.ContainerAdjustment
 	names []string
 	uuids []string
+	rec   audit.Record
 }
 
 // CreateContainer applies the container's GPU edits, or refuses it. The
@@ -171,7 +182,7 @@ func (h *Handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr 
 		h.metrics.Observe(time.Since(start))
 	}
 	if err != nil {
-		h.refused(pod, ctr, err)
+		h.refused(pod, ctr, out.rec, err)
 		return nil, nil, err
 	}
 	if len(out.uuids) > 0 {
@@ -184,47 +195,82 @@ func (h *Handler) attrs(pod *api.PodSandbox, ctr *api.Container) []any {
 	return []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "runtime_handler", pod.GetRuntimeHandler()}
 }
 
-func (h *Handler) refused(pod *api.PodSandbox, ctr *api.Container, err error) {
+// refused is the final verdict on a refused container: counted, logged
+// with its record and audited.
+func (h *Handler) refused(pod *api.PodSandbox, ctr *api.Container, rec audit.Record, err error) {
 	reason := reasonOf(err)
 	if h.metrics != nil {
 		h.metrics.Refused(reason)
 	}
-	h.log.Warn("refused container", append(h.attrs(pod, ctr), "reason", reason, "error", err.Error())...)
+	rec.Reason, rec.Error = reason, err.Error()
+	h.verdict(pod, ctr, rec)
 }
 
-func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (outcome, error) {
+// admitted is the final verdict on a GPU container given uuids.
+func (h *Handler) admitted(pod *api.PodSandbox, ctr *api.Container, rec audit.Record, uuids []string) {
+	if h.metrics != nil {
+		h.metrics.Injected()
+	}
+	rec.Admitted, rec.UUIDs = true, uuids
+	h.verdict(pod, ctr, rec)
+}
+
+// verdict logs the record as the one line of the verdict and audits it.
+func (h *Handler) verdict(pod *api.PodSandbox, ctr *api.Container, rec audit.Record) {
+	rec.Namespace, rec.Pod, rec.PodUID, rec.Container, rec.RuntimeHandler = pod.GetNamespace(), pod.GetName(), pod.GetUid(), ctr.GetName(), pod.GetRuntimeHandler()
+	rec = rec.Bounded()
+	if rec.Admitted {
+		h.log.Info("injected GPUs", rec.LogAttrs()...)
+	} else {
+		h.log.Warn("refused container", rec.LogAttrs()...)
+	}
+	if h.auditor != nil {
+		h.auditor.Record(rec)
+	}
+}
+
+// notAsked is why a record names no kubelet assignment when the verdict
+// came before kubelet was asked.
+const notAsked = "the verdict came before kubelet was asked"
+
+func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (out outcome, err error) {
+	out.rec.Assigned.NotAsked = notAsked
 	names, err := h.collector.Container(ctr)
 	if err != nil {
-		return outcome{}, refuse(ReasonBadRequest, err)
+		return out, refuse(ReasonBadRequest, err)
 	}
+	out.rec.CDI = names
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
 	served := h.handlers[pod.GetRuntimeHandler()]
 	if len(names) == 0 && hasNVIDIANode(ctr) && h.kubelet != nil {
 		kv, err := h.askKubelet(ctx, pod, ctr)
 		switch {
 		case err != nil && served:
-			return outcome{}, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+			return out, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		case err != nil:
 			// Outside the served handlers the claims only name a refusal:
 			// a privileged system pod sees the host's NVIDIA nodes too, and
 			// must not fail with kubelet's PodResources.
 			h.log.Warn("cannot ask kubelet whether a container outside the nvidia runtime class holds a DRA GPU; admitting it", append(h.attrs(pod, ctr), "error", err.Error())...)
 		default:
+			out.rec.Assigned = h.assignment(kv.own)
 			var held string
 			if names, held = h.claimNames(kv.own.Claims); held != "" {
 				who += " (" + held + ")"
 			}
+			out.rec.CDI = names
 		}
 	}
 	if !served {
 		if ours := h.ours(slices.Concat(names, h.collector.AnyCDI(ctr))); len(ours) > 0 {
-			return outcome{}, refuse(ReasonRuntimeClass, fmt.Errorf("%s requests %s but runs with runtime handler %q; set runtimeClassName: %s in the pod spec",
+			out.rec.CDI = ours
+			return out, refuse(ReasonRuntimeClass, fmt.Errorf("%s requests %s but runs with runtime handler %q; set runtimeClassName: %s in the pod spec",
 				who, contract.List(ours), pod.GetRuntimeHandler(), h.servedHint()))
 		}
 		return outcome{}, nil
 	}
 	if spoofed := h.podLevel(pod, names); len(spoofed) > 0 {
-		return outcome{}, refuse(ReasonPodLevel, fmt.Errorf("%s: pod-level annotations name GPUs %s that were not allocated to the container; remove them from the pod (GPUs are requested with resources.limits %s)",
+		return out, refuse(ReasonPodLevel, fmt.Errorf("%s: pod-level annotations name GPUs %s that were not allocated to the container; remove them from the pod (GPUs are requested with resources.limits %s)",
 			who, contract.List(spoofed), h.resource))
 	}
 
@@ -235,26 +281,27 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 		var unres *resolve.UnresolvableError
 		switch {
 		case errors.As(err, &unres):
-			return outcome{}, refuse(ReasonUnresolvable, fmt.Errorf("%s: %w", who, err))
+			return out, refuse(ReasonUnresolvable, fmt.Errorf("%s: %w", who, err))
 		case ctx.Err() != nil:
-			return outcome{}, refuse(ReasonDeadline, fmt.Errorf("%s: %w", who, ctx.Err()))
+			return out, refuse(ReasonDeadline, fmt.Errorf("%s: %w", who, ctx.Err()))
 		case err != nil:
-			return outcome{}, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
+			return out, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
 		}
 		if adj, err = convert.Adjustment(res.Spec, ctr); err != nil {
-			return outcome{}, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
+			return out, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
 		}
 	}
 	gpus, err := allocated(res)
 	if err != nil {
-		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
+		return out, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
 	// An early check of what nvinject itself hands out, for a clear
 	// refusal; kubelet and the other plugins' adjustments are checked in
 	// ValidateContainerAdjustment.
 	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
 	if err := verify.Check(in); err != nil {
-		return outcome{}, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
+		out.rec.Checked, out.rec.Devices, out.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
+		return out, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
 	uuids := verify.UUIDs(gpus)
 	if len(uuids) > 0 {

@@ -13,8 +13,10 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nvinject/nvinject/nri/internal/collect"
+	"github.com/nvinject/nvinject/nri/internal/events"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/nritest"
 	"github.com/nvinject/nvinject/nri/internal/plugin"
@@ -34,7 +36,7 @@ func (noop) ValidateContainerAdjustment(context.Context, *api.ValidateContainerA
 	return nil
 }
 
-func benchHandler(b *testing.B, node nritest.Node) *plugin.Handler {
+func benchHandler(b *testing.B, node nritest.Node, opts ...plugin.Option) *plugin.Handler {
 	b.Helper()
 	res, err := resolve.New([]string{node.SpecDir})
 	if err != nil {
@@ -42,8 +44,8 @@ func benchHandler(b *testing.B, node nritest.Node) *plugin.Handler {
 	}
 	b.Cleanup(func() { res.Close() })
 	col, _ := collect.New()
-	return plugin.NewHandler(col, res, plugin.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		plugin.WithMetrics(metrics.New(prometheus.NewRegistry())))
+	return plugin.NewHandler(col, res, append([]plugin.Option{plugin.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		plugin.WithMetrics(metrics.New(prometheus.NewRegistry()))}, opts...)...)
 }
 
 func runRunner(b *testing.B, r *plugin.Runner) {
@@ -104,17 +106,28 @@ func BenchmarkNRIRoundTrip(b *testing.B) {
 		rt.WaitSynced(b)
 		anchorRoundTrip = measure(b, rt)
 	})
-	b.Run("nvinject", func(b *testing.B) {
-		rt := nritest.NewRuntime(filepath.Join(shortDir(b), "nri.sock"), nil, nil)
-		rt.Start(b)
-		runRunner(b, plugin.NewRunner(h, contract.NRIPluginName, "10", rt.Socket, plugin.WithRunnerLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))))
-		rt.WaitSynced(b)
-		p := measure(b, rt)
-		if anchorRoundTrip[0] > 0 {
-			b.ReportMetric(float64(p[0])/float64(anchorRoundTrip[0]), "p50/anchor")
-			b.ReportMetric(float64(p[1])/float64(anchorRoundTrip[1]), "p99/anchor")
+	nvinject := func(h *plugin.Handler) func(b *testing.B) {
+		return func(b *testing.B) {
+			rt := nritest.NewRuntime(filepath.Join(shortDir(b), "nri.sock"), nil, nil)
+			rt.Start(b)
+			runRunner(b, plugin.NewRunner(h, contract.NRIPluginName, "10", rt.Socket, plugin.WithRunnerLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))))
+			rt.WaitSynced(b)
+			p := measure(b, rt)
+			if anchorRoundTrip[0] > 0 {
+				b.ReportMetric(float64(p[0])/float64(anchorRoundTrip[0]), "p50/anchor")
+				b.ReportMetric(float64(p[1])/float64(anchorRoundTrip[1]), "p99/anchor")
+			}
 		}
-	})
+	}
+	b.Run("nvinject", nvinject(h))
+	// The same with every verdict also going to the audit Events, over a
+	// fake API server: what the audit trail adds to the request path.
+	sink := events.New(fake.NewClientset().CoreV1())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sink.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	b.Run("nvinject+audit-events", nvinject(benchHandler(b, node, plugin.WithAuditor(sink))))
 }
 
 var anchorReconnect time.Duration

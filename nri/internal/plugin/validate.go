@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nvinject/nvinject/nri/internal/audit"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -26,45 +27,53 @@ import (
 // a timeout or this plugin being gone fails the creation.
 func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.ValidateContainerAdjustmentRequest) error {
 	pod, ctr := req.GetPod(), req.GetContainer()
-	uuids, err := within(ctx, h, "ValidateContainerAdjustment", func(ctx context.Context) ([]string, error) {
+	c, err := within(ctx, h, "ValidateContainerAdjustment", func(ctx context.Context) (checked, error) {
 		return h.validate(ctx, pod, ctr, req.GetAdjust())
 	})
 	if err != nil {
-		h.refused(pod, ctr, err)
+		h.refused(pod, ctr, c.rec, err)
 		return err
 	}
-	if len(uuids) > 0 {
+	if len(c.uuids) > 0 {
 		// Checked and recorded here, after the deadline's work: a check
 		// that overran must not record a container the runtime refused.
-		if o, u, busy := h.holders.admit(ctr.GetId(), holderOf(pod, ctr, uuids)); busy {
+		if o, u, busy := h.holders.admit(ctr.GetId(), holderOf(pod, ctr, c.uuids)); busy {
 			err := refuse(ReasonHeld, fmt.Errorf("container %s of pod %s/%s: %w", ctr.GetName(), pod.GetNamespace(), pod.GetName(),
 				heldError(u, "container "+o.ctr+" of pod "+o.pod, "as a running container seen by nvinject-nri")))
-			h.refused(pod, ctr, err)
+			h.refused(pod, ctr, c.rec, err)
 			return err
 		}
-		if h.metrics != nil {
-			h.metrics.Injected()
-		}
-		h.log.Info("injected GPUs", append(h.attrs(pod, ctr), "uuids", uuids)...)
+		h.admitted(pod, ctr, c.rec, c.uuids)
 	}
 	return nil
 }
 
-func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment) ([]string, error) {
+// checked is the validation's result: the GPUs checked and the record of
+// what was found.
+type checked struct {
+	uuids []string
+	rec   audit.Record
+}
+
+func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment) (c checked, err error) {
+	c.rec.Assigned.NotAsked = notAsked
 	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
 	if !h.handlers[pod.GetRuntimeHandler()] {
 		// Outside the served handlers CreateContainer has refused every
 		// request of nvinject's GPUs; another plugin may not add one.
 		in := verify.Input{Nodes: gpuAccess(adj.GetLinux().GetDevices(), adj.GetMounts(), adj.GetLinux().GetResources().GetDevices())}
+		c.rec.Assigned.NotAsked = "not a GPU runtime handler"
+		c.rec.Checked, c.rec.Devices = true, gpuNodes(in.Nodes)
 		if err := verify.Check(in); err != nil {
-			return nil, refuse(reasonOf(err), fmt.Errorf("%s (runtime handler %q): an NRI plugin adds a GPU: %w", who, pod.GetRuntimeHandler(), err))
+			return c, refuse(reasonOf(err), fmt.Errorf("%s (runtime handler %q): an NRI plugin adds a GPU: %w", who, pod.GetRuntimeHandler(), err))
 		}
-		return nil, wildcard(who, adj.GetLinux().GetResources().GetDevices())
+		return c, wildcard(who, adj.GetLinux().GetResources().GetDevices())
 	}
 	names, err := h.collector.Container(ctr)
 	if err != nil {
-		return nil, refuse(ReasonBadRequest, err)
+		return c, refuse(ReasonBadRequest, err)
 	}
+	c.rec.CDI = names
 	// A DRA container: containerd applied its claims' CDI names itself.
 	// kubelet is asked once (one List) and serves the comparison and the
 	// check for other pods holding the GPU below too.
@@ -72,39 +81,56 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	named := false
 	if len(names) == 0 && hasNVIDIANode(ctr) && h.kubelet != nil {
 		if kv, err = h.askKubelet(ctx, pod, ctr); err != nil {
-			return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+			return c, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
+		c.rec.Assigned = h.assignment(kv.own)
 		var held string
 		if names, held = h.claimNames(kv.own.Claims); held != "" {
 			who, named = who+" ("+held+")", true
 		}
+		c.rec.CDI = names
 	}
 	var res resolve.Result
 	if len(names) > 0 {
 		if res, err = h.resolver.Resolve(names, userOf(ctr)); err != nil {
 			var unres *resolve.UnresolvableError
 			if errors.As(err, &unres) {
-				return nil, refuse(ReasonUnresolvable, fmt.Errorf("%s: %w", who, err))
+				return c, refuse(ReasonUnresolvable, fmt.Errorf("%s: %w", who, err))
 			}
-			return nil, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
+			return c, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
 		}
 	}
 	gpus, err := allocated(res)
 	if err != nil {
-		return nil, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
+		return c, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
 	final := finalContainer(ctr, adj)
-	if err := wildcard(who, final.cgroup); err != nil {
-		return nil, err
-	}
 	in := verify.Input{Allocated: gpus, Nodes: gpuAccess(final.nodes, final.mounts, final.cgroup), Env: final.env, Inventory: h.inventory}
+	// What was found goes into the record only for a verdict that is
+	// recorded: a container without GPUs that passes records nothing.
+	found := func() {
+		c.rec.Checked, c.rec.Devices, c.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
+		c.rec.DriverMounts, c.rec.SpecMounts = driverMounts(res, final.mounts)
+	}
+	if err := wildcard(who, final.cgroup); err != nil {
+		found()
+		return c, err
+	}
+	switch {
+	case h.kubelet == nil:
+		c.rec.Assigned.NotAsked = "no --pod-resources-socket"
+	case len(gpus) == 0 && kv == nil:
+		c.rec.Assigned.NotAsked = "the container names no GPU"
+	}
 	// Only GPU containers ask kubelet: a container without GPUs has nothing
 	// to compare, and the check refuses any GPU node in it.
 	if h.kubelet != nil && len(gpus) > 0 {
 		if kv == nil {
 			if kv, err = h.askKubelet(ctx, pod, ctr); err != nil {
-				return nil, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
+				found()
+				return c, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 			}
+			c.rec.Assigned = h.assignment(kv.own)
 		}
 		ids := kv.own.DeviceIDs
 		in.Kubelet = kubeletUUIDs(ids, res)
@@ -119,15 +145,18 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 		}
 	}
 	if err := verify.Check(in); err != nil {
-		return nil, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
+		found()
+		return c, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
-	uuids := verify.UUIDs(gpus)
+	if c.uuids = verify.UUIDs(gpus); len(c.uuids) > 0 {
+		found()
+	}
 	if kv != nil {
-		if err := h.heldInKubelet(kv, pod, uuids, res); err != nil {
-			return nil, refuse(ReasonHeld, fmt.Errorf("%s: %w", who, err))
+		if err := h.heldInKubelet(kv, pod, c.uuids, res); err != nil {
+			return c, refuse(ReasonHeld, fmt.Errorf("%s: %w", who, err))
 		}
 	}
-	return uuids, nil
+	return c, nil
 }
 
 // final is a container as it will run, after the adjustment.

@@ -38,9 +38,16 @@ securityContext:
       - ALL
 {{- end -}}
 
+{{- /* Takes the root context, or a dict of its Values and the serviceAccount
+the pod's token is for (nvinject-nri's audit Events); without one, no token. */ -}}
 {{- define "nvinject.podScheduling" -}}
 priorityClassName: {{ .Values.priorityClassName }}
+{{- with .serviceAccount }}
+serviceAccountName: {{ . }}
+automountServiceAccountToken: true
+{{- else }}
 automountServiceAccountToken: false
+{{- end }}
 enableServiceLinks: false
 {{- with .Values.nodeSelector }}
 nodeSelector:
