@@ -3,7 +3,6 @@ package simnode
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -82,11 +81,7 @@ func (d *Deployer) writeKustomization(dep Deployment) error {
 	if err != nil {
 		return fmt.Errorf("locate deploy/overlays/local-sim from %s: %w", dep.Kustomization, err)
 	}
-	api, err := url.Parse(d.kube.Config.Host)
-	if err != nil || api.Hostname() == "" || api.Port() == "" {
-		return fmt.Errorf("the node's API server address %q has no host and port: %v", d.kube.Config.Host, err)
-	}
-	apiHost, apiPort := api.Hostname(), api.Port()
+	apiHost, apiPort := d.node.APIServerAddress()
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by e2e/simnode: deploy/overlays/local-sim on the local node %s.
 # Only the node's layout (run dir %s) and the selected GPU differ.
@@ -139,7 +134,7 @@ patches:
       data: {selected-gpu-uuid: %s}
 `, d.node.Name(), d.node.RunDir(), base,
 		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(), d.node.PodResourcesDir(),
-		NRIPlugin, Namespace, apiHost, apiPort, filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
+		NRIPlugin, Namespace, apiHost, strconv.Itoa(apiPort), filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
 		DevicePlugin, Namespace, dep.UUID)
 	if dep.NVML != DefaultNVML {
 		// Both daemons read the same simulated inventory; the test ops fail the

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/client-go/rest"
-
 	"github.com/nvinject/nvinject/e2e/localnode"
 )
 
@@ -26,7 +24,7 @@ func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
 	}
 	run := t.TempDir()
 	node := localnode.New(localnode.WithRunDir(run))
-	d := &Deployer{node: node, repo: repo, kube: &Kube{Config: &rest.Config{Host: "https://127.0.0.1:16443"}}}
+	d := &Deployer{node: node, repo: repo}
 	const uuid = "GPU-00000000-0000-0000-0000-000000000005"
 	dep := Deployment{GPUs: GPUs{NVML: "sim:a100-80gb*8", Selected: 5}, UUID: uuid, Kustomization: filepath.Join(run, "deploy", "nvinject")}
 	if err := d.writeKustomization(dep); err != nil {

@@ -25,10 +25,15 @@ const HelmRelease = "nvinject"
 // way Deploy's kustomization does: the node's CDI dir, NRI socket, kubelet
 // root dir (pod-resources, plugins_registry and plugins follow it) and
 // state dir, the SIMULATED NVML and driver root, the selected GPU, the
-// imported images, and nvinject-dra on hostNetwork pointed at the API
-// server's loopback address (no kube-proxy here), as components/local-sim-dra.
+// imported images, and nvinject-nri and nvinject-dra on hostNetwork pointed
+// at the API server's loopback address (no kube-proxy here), as the
+// kustomization and components/local-sim-dra do.
 func (d *Deployer) HelmValues(dep Deployment) map[string]any {
 	host, port := d.node.APIServerAddress()
+	apiEnv := []any{
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": host},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(port)},
+	}
 	never := map[string]any{"pullPolicy": "Never"}
 	v := map[string]any{
 		"selectedGPU":  dep.UUID,
@@ -38,13 +43,10 @@ func (d *Deployer) HelmValues(dep Deployment) map[string]any {
 		"images":       map[string]any{"devicePlugin": never, "nri": never, "dra": never},
 		"kubelet":      map[string]any{"rootDir": d.node.KubeletRootDir()},
 		"cdi":          map[string]any{"specDir": d.node.CDIDir()},
-		"nri":          map[string]any{"socketPath": d.node.NRISocket()},
+		"nri":          map[string]any{"socketPath": d.node.NRISocket(), "hostNetwork": true, "extraEnv": apiEnv},
 		"devicePlugin": map[string]any{"stateDir": d.StateDir()},
 		"containerd":   map[string]any{"configPath": d.node.ContainerdConfig(), "dropInDir": filepath.Join(filepath.Dir(d.node.ContainerdConfig()), "conf.d")},
-		"dra": map[string]any{"hostNetwork": true, "extraEnv": []any{
-			map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": host},
-			map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": strconv.Itoa(port)},
-		}},
+		"dra":          map[string]any{"hostNetwork": true, "extraEnv": apiEnv},
 	}
 	if dep.IDStrategy == "index" {
 		v["deviceIDStrategy"] = "index"
