@@ -21,13 +21,12 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/allocate"
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/devices"
-	"github.com/nvinject/nvinject/deviceplugin/internal/health"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
 	"github.com/nvinject/nvinject/deviceplugin/internal/metrics"
 	"github.com/nvinject/nvinject/deviceplugin/internal/plugin"
-	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
-	"github.com/nvinject/nvinject/deviceplugin/internal/simdebug"
-	"github.com/nvinject/nvinject/deviceplugin/internal/withheld"
+	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/nodemove"
+	"github.com/nvinject/nvinject/gpunode/simdebug"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -46,7 +45,7 @@ type Daemon struct {
 	nvmlRetry    time.Duration
 
 	ready   *httpserve.Readiness
-	held    atomic.Pointer[withheld.Set]
+	held    atomic.Pointer[nodemove.Set]
 	tracker atomic.Pointer[health.Tracker]
 	sim     atomic.Pointer[backend.Backend]
 }
@@ -206,14 +205,14 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 
 	var (
 		svcOpts []plugin.Option
-		held    *withheld.Set
-		watcher *podheld.Watcher
+		held    *nodemove.Set
+		watcher *nodemove.Watcher
 	)
 	if d.cfg.PodResourcesSocket != "" {
-		if watcher, err = podheld.Dial(d.cfg.PodResourcesSocket, podheld.DRAClaims(contract.DRADriver), published); err != nil {
+		if watcher, err = nodemove.Dial(d.cfg.PodResourcesSocket, nodemove.DRAClaims(contract.DRADriver), published); err != nil {
 			return err
 		}
-		held = withheld.New(uuidsOf(published), withheld.WithLogger(d.log), withheld.WithOnChange(m.SetHeld))
+		held = nodemove.NewSet(uuidsOf(published), d.log, m.SetHeld)
 		d.held.Store(held)
 		svcOpts = append(svcOpts, plugin.WithWithheld(held))
 	} else {
@@ -241,7 +240,7 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 	} else {
 		g.Go(func() error {
 			defer watcher.Close()
-			var r podheld.Result
+			var r nodemove.Result
 			r.Holders, r.Err = watcher.Poll(ctx)
 			held.Update(r)
 			close(firstHeld)

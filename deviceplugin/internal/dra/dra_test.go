@@ -15,7 +15,7 @@ import (
 
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
 	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
-	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )

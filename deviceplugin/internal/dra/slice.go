@@ -13,7 +13,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 

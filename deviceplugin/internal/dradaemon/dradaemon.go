@@ -37,10 +37,10 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draendpoint"
-	"github.com/nvinject/nvinject/deviceplugin/internal/health"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
-	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
-	"github.com/nvinject/nvinject/deviceplugin/internal/simdebug"
+	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/nodemove"
+	"github.com/nvinject/nvinject/gpunode/simdebug"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -288,11 +288,11 @@ func (d *Daemon) releaseIfMovedAway(client kubernetes.Interface) {
 // carries the taints, and a poll keeps them current until ctx ends. While
 // PodResources cannot be read every GPU is tainted (fail closed).
 func (d *Daemon) watchHeld(ctx context.Context, g *errgroup.Group, drv *dra.Driver, gpus []gpu.Device) error {
-	w, err := podheld.Dial(d.cfg.PodResourcesSocket, podheld.DevicePluginPods(d.cfg.ResourceName), gpus)
+	w, err := nodemove.Dial(d.cfg.PodResourcesSocket, nodemove.DevicePluginPods(d.cfg.ResourceName), gpus)
 	if err != nil {
 		return err
 	}
-	var first podheld.Result
+	var first nodemove.Result
 	first.Holders, first.Err = w.Poll(ctx)
 	set := d.heldSetter(drv)
 	set(first)
@@ -306,9 +306,9 @@ func (d *Daemon) watchHeld(ctx context.Context, g *errgroup.Group, drv *dra.Driv
 
 // heldSetter passes each poll to the driver and logs when PodResources
 // turns unreadable or readable again.
-func (d *Daemon) heldSetter(drv *dra.Driver) func(podheld.Result) {
+func (d *Daemon) heldSetter(drv *dra.Driver) func(nodemove.Result) {
 	failing := false
-	return func(r podheld.Result) {
+	return func(r nodemove.Result) {
 		if r.Err != nil {
 			d.log.Error("GPUs held by device-plugin pods unknown: every GPU is tainted until kubelet's PodResources can be read (fail closed)",
 				"taint", contract.DRAHeldTaintKey+"="+contract.DRAHeldTaintUnknown, logging.Err(r.Err))
@@ -322,7 +322,7 @@ func (d *Daemon) heldSetter(drv *dra.Driver) func(podheld.Result) {
 		}
 		held := make(map[string][]string, len(r.Holders))
 		for u, hs := range r.Holders {
-			held[u] = podheld.Strings(hs)
+			held[u] = nodemove.Strings(hs)
 		}
 		drv.SetHeld(held)
 	}

@@ -31,8 +31,9 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
 	"github.com/nvinject/nvinject/deviceplugin/internal/draendpoint"
-	"github.com/nvinject/nvinject/deviceplugin/internal/health"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/nodemove/nodemovetest"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
@@ -283,7 +284,7 @@ func (r *rig) untilHeld(t testing.TB, what string, want map[string]string) {
 // before the node moved to DRA is tainted in the first ResourceSlice, and
 // untainted once kubelet no longer lists the pod.
 func TestDevicePluginPodKeepsItsGPU(t *testing.T) {
-	pr := kubelettest.StartPodResources(t, filepath.Join(kubelettest.Dir(t), "pr.sock"))
+	pr := nodemovetest.Start(t, filepath.Join(kubelettest.Dir(t), "pr.sock"))
 	uuid1 := sim.UUID("a100-80gb", 1)
 	pr.Set(&podresv1.PodResources{Namespace: "default", Name: "vllm", Containers: []*podresv1.ContainerResources{{Name: "vllm",
 		Devices: []*podresv1.ContainerDevices{{ResourceName: contract.ResourceName, DeviceIds: []string{uuid1}}}}}})
@@ -307,7 +308,7 @@ func TestHeldFailsClosed(t *testing.T) {
 	if got := heldTaints(r.slice(t)); !maps.Equal(got, unknown) {
 		t.Fatalf("first slice without PodResources: held taints %v, want %v", got, unknown)
 	}
-	pr := kubelettest.StartPodResources(t, sock)
+	pr := nodemovetest.Start(t, sock)
 	pr.Set(&podresv1.PodResources{Namespace: "default", Name: "vllm", Containers: []*podresv1.ContainerResources{{Name: "vllm",
 		Devices: []*podresv1.ContainerDevices{{ResourceName: contract.ResourceName, DeviceIds: []string{sim.UUID("a100-80gb", 0)}}}}}})
 	r.untilHeld(t, "PodResources read", map[string]string{"gpu-0": contract.DRAHeldTaintValue})

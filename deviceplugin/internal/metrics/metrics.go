@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
+	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
@@ -63,7 +63,7 @@ func (m *Metrics) ObserveEvent(e gpu.HealthEvent, ignored bool) {
 }
 
 // SetHeld records which of the published GPUs uuids are withheld, and by whom.
-func (m *Metrics) SetHeld(uuids []string, r podheld.Result) {
+func (m *Metrics) SetHeld(uuids []string, r nodemove.Result) {
 	m.GPUHeld.Reset()
 	for _, u := range uuids {
 		if r.Err != nil {

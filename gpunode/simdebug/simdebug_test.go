@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 

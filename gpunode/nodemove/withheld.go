@@ -1,10 +1,4 @@
-// Package withheld keeps the GPUs the device plugin must not hand out: those
-// a DRA claim of a running pod holds (the node moved back from DRA under
-// it; kubelet's device manager does not know DRA's allocations), and every
-// GPU while kubelet's PodResources cannot be read (fail closed). The plugin
-// publishes them Unhealthy, so kubelet's allocatable leaves them out, until
-// the holder ends.
-package withheld
+package nodemove
 
 import (
 	"errors"
@@ -13,49 +7,41 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // errNotRead is the state before the first poll: nothing is known yet.
 var errNotRead = errors.New("kubelet's PodResources not read yet")
 
-// Set is the GPUs withheld now.
+// Set is the GPUs the device plugin withholds now: those a DRA claim of a
+// running pod holds (kubelet's device manager does not know DRA's
+// allocations), and every GPU while kubelet's PodResources cannot be read.
+// The plugin publishes them Unhealthy, so kubelet's allocatable leaves them
+// out, until the holder ends.
 type Set struct {
 	uuids    []string
 	log      *slog.Logger
-	onChange func(uuids []string, r podheld.Result)
+	onChange func(uuids []string, r Result)
 
 	mu   sync.Mutex
-	cur  podheld.Result
+	cur  Result
 	subs map[chan struct{}]struct{}
 }
 
-// Option configures a Set.
-type Option func(*Set)
-
-// WithLogger sets the logger.
-func WithLogger(l *slog.Logger) Option { return func(s *Set) { s.log = l } }
-
-// WithOnChange is called after each change with the published GPUs and
-// the new state (the metrics).
-func WithOnChange(f func(uuids []string, r podheld.Result)) Option {
-	return func(s *Set) { s.onChange = f }
-}
-
-// New returns the set for the published GPUs uuids; until the first Update
-// every one is withheld.
-func New(uuids []string, opts ...Option) *Set {
-	s := &Set{uuids: uuids, log: slog.Default(), onChange: func([]string, podheld.Result) {}, cur: podheld.Result{Err: errNotRead}, subs: map[chan struct{}]struct{}{}}
-	for _, o := range opts {
-		o(s)
+// NewSet returns the set for the published GPUs uuids; until the first
+// Update every one is withheld. onChange, if not nil, is called after each
+// change with uuids and the new state (the metrics).
+func NewSet(uuids []string, log *slog.Logger, onChange func(uuids []string, r Result)) *Set {
+	if onChange == nil {
+		onChange = func([]string, Result) {}
 	}
+	s := &Set{uuids: uuids, log: log, onChange: onChange, cur: Result{Err: errNotRead}, subs: map[chan struct{}]struct{}{}}
 	s.onChange(s.uuids, s.cur)
 	return s
 }
 
 // Update records a poll, logs what changed and notifies subscribers.
-func (s *Set) Update(r podheld.Result) {
+func (s *Set) Update(r Result) {
 	s.mu.Lock()
 	prev := s.cur
 	s.cur = r
@@ -70,7 +56,7 @@ func (s *Set) Update(r podheld.Result) {
 	s.onChange(s.uuids, r)
 }
 
-func (s *Set) logChange(prev, r podheld.Result) {
+func (s *Set) logChange(prev, r Result) {
 	switch {
 	case r.Err != nil:
 		s.log.Error("GPUs held by DRA claims unknown: every GPU is published Unhealthy until kubelet's PodResources can be read (fail closed)", logging.Err(r.Err))
@@ -82,7 +68,7 @@ func (s *Set) logChange(prev, r podheld.Result) {
 		was, now := prev.Holders[u], r.Holders[u]
 		switch {
 		case len(now) > 0 && !slices.Equal(was, now):
-			s.log.Info("GPU held by a DRA claim: published Unhealthy, so kubelet gives it to no device-plugin pod, until the claim's pod ends", "uuid", u, "holders", podheld.Strings(now))
+			s.log.Info("GPU held by a DRA claim: published Unhealthy, so kubelet gives it to no device-plugin pod, until the claim's pod ends", "uuid", u, "holders", Strings(now))
 		case len(now) == 0 && len(was) > 0:
 			s.log.Info("GPU no longer held by a DRA claim: published by its health again", "uuid", u)
 		}
@@ -97,7 +83,7 @@ func (s *Set) Withheld(uuid string) (string, bool) {
 		return s.cur.Err.Error(), true
 	}
 	if hs := s.cur.Holders[uuid]; len(hs) > 0 {
-		return "held through DRA by " + strings.Join(podheld.Strings(hs), ", "), true
+		return "held through DRA by " + strings.Join(Strings(hs), ", "), true
 	}
 	return "", false
 }

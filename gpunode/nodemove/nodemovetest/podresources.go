@@ -1,4 +1,6 @@
-package kubelettest
+// Package nodemovetest is kubelet's PodResources service for tests of the
+// node-move policy and of the daemons that use it.
+package nodemovetest
 
 import (
 	"context"
@@ -19,8 +21,8 @@ type PodResources struct {
 	err    error
 }
 
-// StartPodResources serves List on socket until the test ends.
-func StartPodResources(t testing.TB, socket string) *PodResources {
+// Start serves List on socket until the test ends.
+func Start(t testing.TB, socket string) *PodResources {
 	t.Helper()
 	ln, err := net.Listen("unix", socket)
 	if err != nil {

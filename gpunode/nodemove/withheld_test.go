@@ -1,4 +1,4 @@
-package withheld
+package nodemove
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-
-	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
 )
 
 // TestSet: nothing is handed out before the first poll or while polls
@@ -15,7 +13,7 @@ import (
 // naming the holders.
 func TestSet(t *testing.T) {
 	var log bytes.Buffer
-	s := New([]string{"GPU-a", "GPU-b"}, WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	s := NewSet([]string{"GPU-a", "GPU-b"}, slog.New(slog.NewTextHandler(&log, nil)), nil)
 	withheld := func() (out []string) {
 		for _, u := range []string{"GPU-a", "GPU-b"} {
 			if why, ok := s.Withheld(u); ok {
@@ -29,17 +27,17 @@ func TestSet(t *testing.T) {
 	}
 	changed, cancel := s.Subscribe()
 	defer cancel()
-	vllm := podheld.Holder{Pod: "default/vllm", Container: "main", Claim: "default/vllm-gpu"}
-	s.Update(podheld.Result{Holders: podheld.Holders{"GPU-b": {vllm}}})
+	vllm := Holder{Pod: "default/vllm", Container: "main", Claim: "default/vllm-gpu"}
+	s.Update(Result{Holders: Holders{"GPU-b": {vllm}}})
 	<-changed
 	if w := withheld(); len(w) != 1 || !strings.Contains(w[0], "GPU-b: held through DRA by default/vllm/main (claim default/vllm-gpu)") || s.Err() != nil {
 		t.Errorf("held by a claim: withheld %v, err %v", w, s.Err())
 	}
-	s.Update(podheld.Result{Err: errors.New("connection refused")})
+	s.Update(Result{Err: errors.New("connection refused")})
 	if w := withheld(); len(w) != 2 || !strings.Contains(w[0], "connection refused") {
 		t.Errorf("PodResources down: withheld %v", w)
 	}
-	s.Update(podheld.Result{Holders: podheld.Holders{}})
+	s.Update(Result{Holders: Holders{}})
 	if w := withheld(); len(w) != 0 {
 		t.Errorf("nothing held: withheld %v", w)
 	}

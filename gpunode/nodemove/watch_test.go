@@ -1,4 +1,4 @@
-package podheld
+package nodemove
 
 import (
 	"context"

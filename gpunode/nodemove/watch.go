@@ -1,10 +1,4 @@
-// Package podheld finds the GPUs kubelet says running containers hold
-// (PodResources List), through one of the two paths: the device plugin's
-// resource, or nvinject's DRA driver's claims. Each daemon keeps the GPUs
-// the other path holds out of what it hands out while a node moves between
-// them: neither the scheduler nor the daemon itself otherwise knows the
-// other path's pods, and a GPU would be given out a second time.
-package podheld
+package nodemove
 
 import (
 	"cmp"

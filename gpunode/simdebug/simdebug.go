@@ -17,7 +17,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/health"
+	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 
