@@ -6,17 +6,16 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -40,10 +39,6 @@ const (
 	OnNVMLErrorExit = "exit"
 	OnNVMLErrorWait = "wait"
 )
-
-// DefaultIgnoredXids are the Xids NVIDIA's device plugin treats as
-// application errors (the GPU itself stays usable).
-const DefaultIgnoredXids = "13,31,43,45,68,109"
 
 // Config is the plugin's effective configuration.
 type Config struct {
@@ -116,7 +111,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&c.NVML, "nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
-	fs.StringVar(&c.HookBinary, "hook-binary", "", HookBinaryUsage)
+	fs.StringVar(&c.HookBinary, "hook-binary", "", nodeconfig.HookBinaryUsage)
 	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock)")
 	fs.StringVar(&c.PluginSocket, "plugin-socket", "nvinject-gpu.sock", "file name of this plugin's socket in --kubelet-dir")
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource to publish")
@@ -130,10 +125,10 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&c.VisibleDevices, "visible-devices", "all", "GPUs to publish: UUIDs or indices (ConfigMap key "+contract.ConfigMapKey+"), all or none")
 	fs.StringVar(&mig, "mig-strategy", string(gpuselect.MIGNone), "MIG handling: none (whole GPUs only)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.DevicePluginMetricsPort), "address of /metrics, /healthz and /readyz; empty disables")
-	fs.StringVar(&xids, "ignored-xids", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
+	fs.StringVar(&xids, "ignored-xids", nodeconfig.DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
 	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
 	fs.StringVar(&c.OnNVMLError, "on-nvml-error", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")
-	PodResourcesSocketFlag(fs, &c.PodResourcesSocket)
+	nodeconfig.PodResourcesSocketFlag(fs, &c.PodResourcesSocket)
 	logFlags.Register(fs, logging.JSON)
 	// The seed's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("device-list-strategy", "DEVICE_LIST_STRATEGY")
@@ -162,7 +157,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	if c.MIGStrategy, err = gpuselect.ParseMIGStrategy(mig); err != nil {
 		errs = append(errs, err)
 	}
-	if c.IgnoredXids, err = ParseXids(xids); err != nil {
+	if c.IgnoredXids, err = nodeconfig.ParseXids(xids); err != nil {
 		errs = append(errs, err)
 	}
 	if c.QuietPeriod < 0 {
@@ -176,7 +171,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	if c.OnNVMLError != OnNVMLErrorExit && c.OnNVMLError != OnNVMLErrorWait {
 		errs = append(errs, fmt.Errorf("--on-nvml-error=%q is not valid; use exit or wait", c.OnNVMLError))
 	}
-	if err := ValidateResourceName(c.ResourceName); err != nil {
+	if err := nodeconfig.ValidateResourceName(c.ResourceName); err != nil {
 		errs = append(errs, err)
 	}
 	if err := parser.ValidateVendorName(c.CDIVendor); err != nil {
@@ -193,10 +188,10 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	} else if n := len(filepath.Join(c.KubeletDir, c.PluginSocket)); n > 107 {
 		errs = append(errs, fmt.Errorf("--kubelet-dir=%q with --plugin-socket=%q makes a %d-byte socket path; unix sockets allow 107", c.KubeletDir, c.PluginSocket, n))
 	}
-	if err := ValidateHookBinary(c.HookBinary); err != nil {
+	if err := nodeconfig.ValidateHookBinary(c.HookBinary); err != nil {
 		errs = append(errs, err)
 	}
-	if err := ValidatePodResourcesSocket(c.PodResourcesSocket); err != nil {
+	if err := nodeconfig.ValidatePodResourcesSocket(c.PodResourcesSocket); err != nil {
 		errs = append(errs, err)
 	}
 	if c.CDISpecDir == "" {
@@ -223,61 +218,4 @@ func ParseIDStrategy(v string) (IDStrategy, error) {
 		return IDStrategy(v), nil
 	}
 	return "", fmt.Errorf("DEVICE_ID_STRATEGY=%q is not valid; use uuid or index", v)
-}
-
-// ParseXids reads a comma list of Xid numbers; "none" or "" is the empty list.
-func ParseXids(v string) ([]uint64, error) {
-	v = strings.TrimSpace(v)
-	if v == "" || v == "none" {
-		return nil, nil
-	}
-	var out []uint64
-	for _, f := range strings.Split(v, ",") {
-		x, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("--ignored-xids=%q: %q is not an Xid number; give a comma list such as %s, or none", v, f, DefaultIgnoredXids)
-		}
-		if !slices.Contains(out, x) {
-			out = append(out, x)
-		}
-	}
-	return out, nil
-}
-
-// HookBinaryUsage is --hook-binary's help, the same for both daemons: they
-// write the node's one CDI spec.
-const HookBinaryUsage = "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks"
-
-// ValidateHookBinary checks --hook-binary is empty or absolute.
-func ValidateHookBinary(p string) error {
-	if p != "" && !filepath.IsAbs(p) {
-		return fmt.Errorf("--hook-binary=%q is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", p)
-	}
-	return nil
-}
-
-// DefaultPodResourcesSocket is kubelet's PodResources socket.
-const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
-
-// PodResourcesSocketFlag declares --pod-resources-socket, the same for both
-// daemons: each reads there which GPUs the other path's pods hold.
-func PodResourcesSocketFlag(fs *flag.FlagSet, p *string) {
-	fs.StringVar(p, "pod-resources-socket", DefaultPodResourcesSocket, "kubelet's PodResources socket, polled every second: a GPU that a pod got through the other path (device plugin or DRA) is not handed out until that pod ends, and while the socket cannot be read no GPU is (fail closed); empty disables, leaving GPUs the other path holds unprotected")
-}
-
-// ValidatePodResourcesSocket checks --pod-resources-socket is empty or absolute.
-func ValidatePodResourcesSocket(p string) error {
-	if p != "" && !filepath.IsAbs(p) {
-		return fmt.Errorf("--pod-resources-socket=%s is not an absolute path; give kubelet's socket (%s), or empty to disable", contract.Quote(p), DefaultPodResourcesSocket)
-	}
-	return nil
-}
-
-// ValidateResourceName checks r is an extended resource name (--resource-name).
-func ValidateResourceName(r string) error {
-	domain, name, ok := strings.Cut(r, "/")
-	if !ok || domain == "" || name == "" || strings.Contains(name, "/") || strings.HasPrefix(domain, "kubernetes.io") || !strings.Contains(domain, ".") {
-		return fmt.Errorf("--resource-name=%q is not a valid extended resource; use <domain>/<name> such as nvidia.com/gpu", r)
-	}
-	return nil
 }

@@ -1,10 +1,10 @@
-// Package dradaemon wires nvinject-dra together: NVML (real or simulated),
+// Package daemon wires nvinject-dra together: NVML (real or simulated),
 // the device plugin's GPU selection, the one CDI spec, the health tracker,
-// the DRA driver (internal/dra) behind k8s.io/dynamic-resource-allocation's
+// the DRA driver (internal/driver) behind k8s.io/dynamic-resource-allocation's
 // kubeletplugin helper (registration, DRA and health gRPC services,
 // ResourceSlice publication), and the metrics/health endpoints. Every
 // goroutine belongs to one errgroup and is waited for.
-package dradaemon
+package daemon
 
 import (
 	"context"
@@ -33,11 +33,10 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nvinject/nvinject/cdi/spec"
-	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
-	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
-	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
-	"github.com/nvinject/nvinject/deviceplugin/internal/draendpoint"
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
+	"github.com/nvinject/nvinject/deviceplugin/endpoint"
+	"github.com/nvinject/nvinject/dra/internal/checkpoint"
+	"github.com/nvinject/nvinject/dra/internal/config"
+	"github.com/nvinject/nvinject/dra/internal/driver"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/gpunode/simdebug"
@@ -51,14 +50,15 @@ import (
 
 // Daemon is one nvinject-dra process.
 type Daemon struct {
-	cfg     draconfig.Config
+	cfg     config.Config
 	log     *slog.Logger
 	open    func(string, backend.Options) (*backend.Backend, error)
 	client  kubernetes.Interface
 	recover <-chan struct{}
 	resend  time.Duration
 	lease   time.Duration
-	onStart func(*dra.Driver)
+	onStart func(*driver.Driver)
+	hold    func(ctx context.Context, kubeletDir, resource string, log *slog.Logger) error
 
 	ready   *httpserve.Readiness
 	tracker atomic.Pointer[health.Tracker]
@@ -85,12 +85,18 @@ func WithTimings(resend, lease time.Duration) Option {
 	return func(d *Daemon) { d.resend, d.lease = resend, lease }
 }
 
+// WithHoldEndpoint replaces endpoint.Hold, which holds the empty
+// device-plugin endpoint with --hold-resource-endpoint (tests).
+func WithHoldEndpoint(f func(ctx context.Context, kubeletDir, resource string, log *slog.Logger) error) Option {
+	return func(d *Daemon) { d.hold = f }
+}
+
 // WithOnStart is called with the driver once it serves (tests, benchmarks).
-func WithOnStart(f func(*dra.Driver)) Option { return func(d *Daemon) { d.onStart = f } }
+func WithOnStart(f func(*driver.Driver)) Option { return func(d *Daemon) { d.onStart = f } }
 
 // New returns a daemon for cfg.
-func New(cfg draconfig.Config, log *slog.Logger, opts ...Option) *Daemon {
-	d := &Daemon{cfg: cfg, log: log, ready: httpserve.NewReadiness("starting"), open: backend.Open, resend: 10 * time.Second, lease: 30 * time.Second, onStart: func(*dra.Driver) {}}
+func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
+	d := &Daemon{cfg: cfg, log: log, ready: httpserve.NewReadiness("starting"), open: backend.Open, hold: endpoint.Hold, resend: 10 * time.Second, lease: 30 * time.Second, onStart: func(*driver.Driver) {}}
 	for _, o := range opts {
 		o(d)
 	}
@@ -174,21 +180,21 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	if err := os.MkdirAll(d.cfg.DriverPluginDir(), 0o750); err != nil {
 		return fmt.Errorf("create the plugin dir %s: %w; check --kubelet-plugins-dir", d.cfg.DriverPluginDir(), err)
 	}
-	state, err := dracheckpoint.Open(d.cfg.StateDir)
+	state, err := checkpoint.Open(d.cfg.StateDir)
 	if err != nil {
 		return err
 	}
 	fatal := make(chan error, 1)
-	drv, err := dra.New(d.cfg.NodeName, node, selected, gen.QualifiedName, tracker, state,
-		dra.WithLogger(d.log), dra.WithMetrics(m), dra.WithHealthTiming(d.resend, d.lease),
-		dra.WithClaimLookup(func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+	drv, err := driver.New(d.cfg.NodeName, node, selected, gen.QualifiedName, tracker, state,
+		driver.WithLogger(d.log), driver.WithMetrics(m), driver.WithHealthTiming(d.resend, d.lease),
+		driver.WithClaimLookup(func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 			c, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return nil, nil
 			}
 			return c, err
 		}),
-		dra.WithFatal(func(err error) {
+		driver.WithFatal(func(err error) {
 			select {
 			case fatal <- err:
 			default:
@@ -227,10 +233,9 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	}
 	g.Go(func() error { return drv.Publish(ctx, helper) })
 	if d.cfg.HoldEndpoint {
-		ep := draendpoint.New(d.cfg.ResourceName)
-		reg := kubelet.New(d.cfg.KubeletDir, draendpoint.Socket, d.cfg.ResourceName, ep,
-			kubelet.WithLogger(d.log.With("component", "resource-endpoint")), kubelet.WithStopService(ep.Stop))
-		g.Go(func() error { return reg.Run(ctx) })
+		g.Go(func() error {
+			return d.hold(ctx, d.cfg.KubeletDir, d.cfg.ResourceName, d.log.With("component", "resource-endpoint"))
+		})
 	}
 	d.onStart(drv)
 	select {
@@ -287,7 +292,7 @@ func (d *Daemon) releaseIfMovedAway(client kubernetes.Interface) {
 // (a node moved to DRA under them): the first ResourceSlice already
 // carries the taints, and a poll keeps them current until ctx ends. While
 // PodResources cannot be read every GPU is tainted (fail closed).
-func (d *Daemon) watchHeld(ctx context.Context, g *errgroup.Group, drv *dra.Driver, gpus []gpu.Device) error {
+func (d *Daemon) watchHeld(ctx context.Context, g *errgroup.Group, drv *driver.Driver, gpus []gpu.Device) error {
 	w, err := nodemove.Dial(d.cfg.PodResourcesSocket, nodemove.DevicePluginPods(d.cfg.ResourceName), gpus)
 	if err != nil {
 		return err
@@ -306,7 +311,7 @@ func (d *Daemon) watchHeld(ctx context.Context, g *errgroup.Group, drv *dra.Driv
 
 // heldSetter passes each poll to the driver and logs when PodResources
 // turns unreadable or readable again.
-func (d *Daemon) heldSetter(drv *dra.Driver) func(nodemove.Result) {
+func (d *Daemon) heldSetter(drv *driver.Driver) func(nodemove.Result) {
 	failing := false
 	return func(r nodemove.Result) {
 		if r.Err != nil {
@@ -344,7 +349,7 @@ func (d *Daemon) kubeClient() (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API server configuration (--kubeconfig=%s): %w; give a kubeconfig, or run in a pod with a service account (a node without kube-proxy: set KUBERNETES_SERVICE_HOST/PORT to the API server's address)", contract.Quote(d.cfg.Kubeconfig), err)
 	}
-	cfg.UserAgent = draconfig.Name
+	cfg.UserAgent = config.Name
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)
@@ -377,7 +382,7 @@ func (d *Daemon) registrationSeen(m *metrics) grpc.UnaryServerInterceptor {
 	}
 }
 
-func (d *Daemon) watchHealthMetric(ctx context.Context, t *health.Tracker, drv *dra.Driver, m *metrics) error {
+func (d *Daemon) watchHealthMetric(ctx context.Context, t *health.Tracker, drv *driver.Driver, m *metrics) error {
 	changed, cancel := t.Subscribe()
 	defer cancel()
 	names := map[string]string{}

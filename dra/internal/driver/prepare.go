@@ -1,4 +1,4 @@
-package dra
+package driver
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
+	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -48,7 +48,7 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 	for _, s := range d.health.States() {
 		healthy[s.UUID] = s.Reason
 	}
-	cp := dracheckpoint.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name}
+	cp := checkpoint.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name}
 	for _, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != d.driver {
 			continue
@@ -74,7 +74,7 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 		if reason := healthy[dev.UUID]; reason != "" {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is Unhealthy (%s); the claim was allocated before its taint: delete the pod so the claim gets a healthy GPU", name, dev.Name, dev.UUID, reason)
 		}
-		cp.Devices = append(cp.Devices, dracheckpoint.Device{
+		cp.Devices = append(cp.Devices, checkpoint.Device{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: dev.Name, UUID: dev.UUID,
 			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin,
 		})
@@ -87,8 +87,8 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 }
 
 // heldBy maps each GPU held exclusively by a prepared claim to that claim.
-func (d *Driver) heldBy() map[string]dracheckpoint.Claim {
-	out := map[string]dracheckpoint.Claim{}
+func (d *Driver) heldBy() map[string]checkpoint.Claim {
+	out := map[string]checkpoint.Claim{}
 	for _, c := range d.state.All() {
 		for _, dev := range c.Devices {
 			if !dev.AdminAccess {
@@ -103,7 +103,7 @@ func (d *Driver) heldBy() map[string]dracheckpoint.Claim {
 // allocated to it and reserved for a pod. A deleted pod's claim is released
 // (and the GPU allocated anew) before kubelet unprepares it. Without a ClaimLookup every prepared
 // claim counts as live.
-func (d *Driver) claimLive(ctx context.Context, c dracheckpoint.Claim, device string) (bool, error) {
+func (d *Driver) claimLive(ctx context.Context, c checkpoint.Claim, device string) (bool, error) {
 	if d.lookup == nil {
 		return true, nil
 	}
@@ -130,7 +130,7 @@ func (d *Driver) names() []string {
 	return out
 }
 
-func deviceNames(c dracheckpoint.Claim) []string {
+func deviceNames(c checkpoint.Claim) []string {
 	out := make([]string, len(c.Devices))
 	for i, dev := range c.Devices {
 		out[i] = dev.Device + "=" + dev.UUID
@@ -138,7 +138,7 @@ func deviceNames(c dracheckpoint.Claim) []string {
 	return out
 }
 
-func resultOf(c dracheckpoint.Claim) kubeletplugin.PrepareResult {
+func resultOf(c checkpoint.Claim) kubeletplugin.PrepareResult {
 	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
 	for _, dev := range c.Devices {
 		res.Devices = append(res.Devices, kubeletplugin.Device{

@@ -1,8 +1,8 @@
-// Package draconfig reads nvinject-dra's configuration from flags and their
+// Package config reads nvinject-dra's configuration from flags and their
 // environment aliases (shared/cli: NVINJECT_<FLAG>, plus the seed's
 // NVIDIA_VISIBLE_DEVICES and MIG_STRATEGY, and NODE_NAME/KUBECONFIG). It is
 // the only place the DRA driver reads the environment.
-package draconfig
+package config
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/config"
+	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -51,7 +51,7 @@ type Config struct {
 	StateDir     string
 	// ResourceName is the extended resource the DeviceClass serves; with
 	// HoldEndpoint an empty device-plugin endpoint for it is registered in
-	// KubeletDir (package draendpoint says why).
+	// KubeletDir (deviceplugin/endpoint says why).
 	ResourceName string
 	HoldEndpoint bool
 	KubeletDir   string
@@ -107,14 +107,14 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", contract.CDISpecDir, "where the node's CDI spec for the published GPUs is written")
-	fs.StringVar(&c.HookBinary, "hook-binary", "", config.HookBinaryUsage)
+	fs.StringVar(&c.HookBinary, "hook-binary", "", nodeconfig.HookBinaryUsage)
 	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")
 	fs.StringVar(&c.CDIClass, "cdi-class", contract.CDIClass, "CDI class of the GPU devices")
 	fs.StringVar(&c.VisibleDevices, "visible-devices", "all", "GPUs to publish: UUIDs or indices (ConfigMap key "+contract.ConfigMapKey+"), all or none")
 	cmd.Env("visible-devices", contract.EnvVisibleDevices)
 	fs.StringVar(&mig, "mig-strategy", string(gpuselect.MIGNone), "MIG handling: none (whole GPUs only)")
 	cmd.Env("mig-strategy", "MIG_STRATEGY")
-	fs.StringVar(&xids, "ignored-xids", config.DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
+	fs.StringVar(&xids, "ignored-xids", nodeconfig.DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
 	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's name (the ResourceSlice's node and pool); set NODE_NAME from the downward API")
 	cmd.Env("node-name", "NODE_NAME")
@@ -124,9 +124,9 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	fs.StringVar(&c.PluginDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "kubelet's plugins directory; the driver's dra.sock goes in <dir>/"+contract.DRADriver)
 	fs.StringVar(&c.StateDir, "state-dir", "", "where prepared claims are checkpointed (default: <kubelet-plugins-dir>/"+contract.DRADriver+")")
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource the DeviceClass's extendedResourceName serves (KEP-5004)")
-	fs.BoolVar(&c.HoldEndpoint, "hold-resource-endpoint", true, "register an empty device-plugin endpoint for --resource-name in --kubelet-dir: capacity 0 at once after a switch, and Kubernetes 1.37's device manager keeps serving the resource's DRA containers (deviceplugin/DRA.md)")
+	fs.BoolVar(&c.HoldEndpoint, "hold-resource-endpoint", true, "register an empty device-plugin endpoint for --resource-name in --kubelet-dir: capacity 0 at once after a switch, and Kubernetes 1.37's device manager keeps serving the resource's DRA containers (dra/README.md)")
 	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock), for --hold-resource-endpoint")
-	config.PodResourcesSocketFlag(fs, &c.PodResourcesSocket)
+	nodeconfig.PodResourcesSocketFlag(fs, &c.PodResourcesSocket)
 	fs.StringVar(&c.OwnerLabel, "owner-label", "", "node label the DaemonSet selects by (value "+contract.DRAModeDRA+", e.g. "+contract.DRAModeLabel+"): stopping on a node whose label no longer says so, nvinject-dra deletes its ResourceSlices at once; empty keeps them (kubelet wipes them 30 s after the plugin is gone)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.DRAMetricsPort), "address of /metrics, /healthz and /readyz; empty disables")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
@@ -145,7 +145,7 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	if c.MIGStrategy, err = gpuselect.ParseMIGStrategy(mig); err != nil {
 		errs = append(errs, err)
 	}
-	if c.IgnoredXids, err = config.ParseXids(xids); err != nil {
+	if c.IgnoredXids, err = nodeconfig.ParseXids(xids); err != nil {
 		errs = append(errs, err)
 	}
 	if c.QuietPeriod < 0 {
@@ -162,18 +162,18 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	if err := parser.ValidateClassName(c.CDIClass); err != nil {
 		errs = append(errs, fmt.Errorf("--cdi-class=%s: %w", contract.Quote(c.CDIClass), err))
 	}
-	if err := config.ValidateHookBinary(c.HookBinary); err != nil {
+	if err := nodeconfig.ValidateHookBinary(c.HookBinary); err != nil {
 		errs = append(errs, err)
 	}
 	if c.HoldEndpoint {
-		if err := config.ValidateResourceName(c.ResourceName); err != nil {
+		if err := nodeconfig.ValidateResourceName(c.ResourceName); err != nil {
 			errs = append(errs, err)
 		}
 		if !filepath.IsAbs(c.KubeletDir) {
 			errs = append(errs, fmt.Errorf("--kubelet-dir=%s is not an absolute path; give kubelet's device plugin directory, or --hold-resource-endpoint=false", contract.Quote(c.KubeletDir)))
 		}
 	}
-	if err := config.ValidatePodResourcesSocket(c.PodResourcesSocket); err != nil {
+	if err := nodeconfig.ValidatePodResourcesSocket(c.PodResourcesSocket); err != nil {
 		errs = append(errs, err)
 	}
 	if c.NodeName == "" {

@@ -1,4 +1,4 @@
-package dracheckpoint_test
+package checkpoint_test
 
 import (
 	"os"
@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
+	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 )
 
-func claim(uid string) dracheckpoint.Claim {
-	return dracheckpoint.Claim{UID: uid, Namespace: "default", Name: "c-" + uid, Devices: []dracheckpoint.Device{{
+func claim(uid string) checkpoint.Claim {
+	return checkpoint.Claim{UID: uid, Namespace: "default", Name: "c-" + uid, Devices: []checkpoint.Device{{
 		Requests: []string{"gpu"}, Pool: "node", Device: "gpu-0", UUID: "GPU-1", CDIDeviceIDs: []string{"nvidia.com/gpu=GPU-1"},
 	}}}
 }
@@ -19,7 +19,7 @@ func claim(uid string) dracheckpoint.Claim {
 // Claims survive a reopen (a driver restart); Delete is idempotent.
 func TestPersistsAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
-	s, err := dracheckpoint.Open(dir)
+	s, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,11 +34,11 @@ func TestPersistsAcrossReopen(t *testing.T) {
 	if had, err := s.Delete("b"); had || err != nil {
 		t.Fatalf("second Delete(b) = %v, %v; want false, nil", had, err)
 	}
-	r, err := dracheckpoint.Open(dir)
+	r, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.All(); !reflect.DeepEqual(got, []dracheckpoint.Claim{claim("a")}) {
+	if got := r.All(); !reflect.DeepEqual(got, []checkpoint.Claim{claim("a")}) {
 		t.Errorf("after reopen: %+v, want claim a only", got)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -55,11 +55,11 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			p := filepath.Join(dir, dracheckpoint.FileName)
+			p := filepath.Join(dir, checkpoint.FileName)
 			if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := dracheckpoint.Open(dir)
+			_, err := checkpoint.Open(dir)
 			if err == nil || !strings.Contains(err.Error(), p) {
 				t.Fatalf("Open = %v, want an error naming %s", err, p)
 			}
@@ -68,11 +68,11 @@ func TestOpenRefusesBadFiles(t *testing.T) {
 }
 
 func TestPutWithoutUID(t *testing.T) {
-	s, err := dracheckpoint.Open(t.TempDir())
+	s, err := checkpoint.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Put(dracheckpoint.Claim{Name: "x"}); err == nil {
+	if err := s.Put(checkpoint.Claim{Name: "x"}); err == nil {
 		t.Fatal("a claim without UID was checkpointed")
 	}
 	if s.Len() != 0 {
@@ -84,7 +84,7 @@ func TestPutWithoutUID(t *testing.T) {
 // checkpoint belongs makes the rename fail, even for root.
 func TestWriteFailureKeepsState(t *testing.T) {
 	dir := t.TempDir()
-	s, err := dracheckpoint.Open(dir)
+	s, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

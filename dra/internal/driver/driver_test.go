@@ -1,4 +1,4 @@
-package dra_test
+package driver_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
-	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
+	"github.com/nvinject/nvinject/dra/internal/checkpoint"
+	"github.com/nvinject/nvinject/dra/internal/driver"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -65,14 +65,14 @@ var node = gpu.Node{DriverVersion: "580.95.05", CUDAVersion: "13.0", Devices: []
 
 func cdiName(uuid string) string { return "nvidia.com/gpu=" + uuid }
 
-func newDriver(t *testing.T, dir string) (*dra.Driver, *fakeHealth) {
+func newDriver(t *testing.T, dir string) (*driver.Driver, *fakeHealth) {
 	t.Helper()
 	h := &fakeHealth{states: []health.State{{UUID: "GPU-aaa", Healthy: true}, {UUID: "GPU-bbb", Healthy: true}}}
-	st, err := dracheckpoint.Open(dir)
+	st, err := checkpoint.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dra.New("node-a", node, node.Devices, cdiName, h, st, dra.WithHealthTiming(20*time.Millisecond, time.Second))
+	d, err := driver.New("node-a", node, node.Devices, cdiName, h, st, driver.WithHealthTiming(20*time.Millisecond, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func result(pool, device string) resourceapi.DeviceRequestAllocationResult {
 	return resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: contract.DRADriver, Pool: pool, Device: device}
 }
 
-func prepare(t *testing.T, d *dra.Driver, c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+func prepare(t *testing.T, d *driver.Driver, c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
 	t.Helper()
 	res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
 	if err != nil {
@@ -136,15 +136,15 @@ func TestPrepareIdempotentAcrossRestart(t *testing.T) {
 func TestPrepareRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		setup func(d *dra.Driver, h *fakeHealth)
+		setup func(d *driver.Driver, h *fakeHealth)
 		claim *resourceapi.ResourceClaim
 		want  string
 	}{
 		{"other pool", nil, claim("u", "c", result("node-b", "gpu-0")), "another node"},
 		{"unknown device", nil, claim("u", "c", result("node-a", "gpu-7")), "not published"},
 		{"unallocated", nil, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{UID: "u", Namespace: "default", Name: "c"}}, "not allocated"},
-		{"unhealthy", func(_ *dra.Driver, h *fakeHealth) { h.set("GPU-aaa", "Xid 79 at now") }, claim("u", "c", result("node-a", "gpu-0")), "Unhealthy (Xid 79"},
-		{"held by another claim", func(d *dra.Driver, _ *fakeHealth) {
+		{"unhealthy", func(_ *driver.Driver, h *fakeHealth) { h.set("GPU-aaa", "Xid 79 at now") }, claim("u", "c", result("node-a", "gpu-0")), "Unhealthy (Xid 79"},
+		{"held by another claim", func(d *driver.Driver, _ *fakeHealth) {
 			_, _ = d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim("first", "holder", result("node-a", "gpu-0"))})
 		}, claim("u", "c", result("node-a", "gpu-0")), "already prepared for ResourceClaim default/holder"},
 	} {
@@ -218,7 +218,7 @@ func TestResourcesAttributesAndTaints(t *testing.T) {
 
 	h.set("GPU-bbb", "Xid 79 at 2026-12-01T09:00:00Z")
 	first := device(t, d.Resources(), "gpu-1").Taints
-	if len(first) != 1 || first[0].Key != contract.DRATaintKey || first[0].Value != dra.TaintXid || first[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+	if len(first) != 1 || first[0].Key != contract.DRATaintKey || first[0].Value != driver.TaintXid || first[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
 		t.Fatalf("taints of the Unhealthy GPU = %+v", first)
 	}
 	time.Sleep(10 * time.Millisecond)
@@ -234,11 +234,11 @@ func TestResourcesAttributesAndTaints(t *testing.T) {
 
 func TestTaintValue(t *testing.T) {
 	for reason, want := range map[string]string{
-		"Xid 79 at 2026-12-01T09:00:00Z":                                                dra.TaintXid,
-		"GPU lost (fell off the bus or stopped answering); send SIGHUP after fixing it": dra.TaintLost,
-		"health monitoring has not started yet":                                         dra.TaintMonitoring,
+		"Xid 79 at 2026-12-01T09:00:00Z":                                                driver.TaintXid,
+		"GPU lost (fell off the bus or stopped answering); send SIGHUP after fixing it": driver.TaintLost,
+		"health monitoring has not started yet":                                         driver.TaintMonitoring,
 	} {
-		if got := dra.TaintValue(reason); got != want {
+		if got := driver.TaintValue(reason); got != want {
 			t.Errorf("TaintValue(%q) = %q, want %q", reason, got, want)
 		}
 	}
@@ -246,7 +246,7 @@ func TestTaintValue(t *testing.T) {
 
 func TestSemVer(t *testing.T) {
 	for in, want := range map[string]string{"580.95.05": "580.95.5", "13.0": "13.0.0", "8": "8.0.0", "": "", "1.2.3.4": "", "5.x": ""} {
-		got, ok := dra.SemVer(in)
+		got, ok := driver.SemVer(in)
 		if got != want || ok != (want != "") {
 			t.Errorf("SemVer(%q) = %q, %v; want %q", in, got, ok, want)
 		}
@@ -429,7 +429,7 @@ func TestPrepareOverStaleHolder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &fakeHealth{states: []health.State{{UUID: "GPU-aaa", Healthy: true}, {UUID: "GPU-bbb", Healthy: true}}}
-			st, err := dracheckpoint.Open(t.TempDir())
+			st, err := checkpoint.Open(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -440,7 +440,7 @@ func TestPrepareOverStaleHolder(t *testing.T) {
 				}
 				return tc.holder(first), nil
 			}
-			d, err := dra.New("node-a", node, node.Devices, cdiName, h, st, dra.WithClaimLookup(lookup))
+			d, err := driver.New("node-a", node, node.Devices, cdiName, h, st, driver.WithClaimLookup(lookup))
 			if err != nil {
 				t.Fatal(err)
 			}

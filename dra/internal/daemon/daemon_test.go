@@ -1,4 +1,4 @@
-package dradaemon
+package daemon
 
 import (
 	"context"
@@ -28,10 +28,8 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
-	"github.com/nvinject/nvinject/deviceplugin/internal/dra"
-	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
-	"github.com/nvinject/nvinject/deviceplugin/internal/draendpoint"
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/dra/internal/config"
+	"github.com/nvinject/nvinject/dra/internal/driver"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodemove/nodemovetest"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -67,14 +65,15 @@ func TestMain(m *testing.M) {
 // rig is nvinject-dra on a simulated node, with a fake API server and this
 // test playing kubelet over the real unix sockets.
 type rig struct {
-	dir     string
-	kubelet *kubelettest.Kubelet
-	client  *fake.Clientset
-	cfg     draconfig.Config
-	sim     *sim.Node
-	d       *Daemon
-	stop    func()
-	done    chan error
+	dir string
+	// holds receives the kubelet dir and resource of each endpoint held.
+	holds  chan [2]string
+	client *fake.Clientset
+	cfg    config.Config
+	sim    *sim.Node
+	d      *Daemon
+	stop   func()
+	done   chan error
 }
 
 func newRig(t testing.TB, nvml string, extra ...string) *rig {
@@ -84,13 +83,13 @@ func newRig(t testing.TB, nvml string, extra ...string) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	for _, sub := range []string{"registry", "dp"} {
+	for _, sub := range []string{"registry"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r := &rig{dir: dir, kubelet: kubelettest.Start(t, filepath.Join(dir, "dp")), client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})}
-	r.cfg, err = draconfig.Load(append([]string{"--nvml=" + nvml, "--node-name=" + nodeName, "--driver-root=" + driverRoot(t, nvml),
+	r := &rig{dir: dir, holds: make(chan [2]string, 4), client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})}
+	r.cfg, err = config.Load(append([]string{"--nvml=" + nvml, "--node-name=" + nodeName, "--driver-root=" + driverRoot(t, nvml),
 		"--cdi-spec-dir=" + filepath.Join(dir, "cdi"), "--kubelet-registrar-dir=" + filepath.Join(dir, "registry"),
 		"--kubelet-plugins-dir=" + filepath.Join(dir, "plugins"), "--kubelet-dir=" + filepath.Join(dir, "dp"), "--pod-resources-socket=", "--metrics-addr=", "--health-quiet-period=0"}, extra...),
 		func(string) string { return "" }, io.Discard, io.Discard)
@@ -114,7 +113,12 @@ func (r *rig) start(t testing.TB) {
 	}
 	r.d = New(r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithOpen(open), WithKubeClient(r.client),
 		WithTimings(100*time.Millisecond, time.Second),
-		WithOnStart(func(*dra.Driver) { close(started) }))
+		WithHoldEndpoint(func(ctx context.Context, kubeletDir, resource string, _ *slog.Logger) error {
+			r.holds <- [2]string{kubeletDir, resource}
+			<-ctx.Done()
+			return nil
+		}),
+		WithOnStart(func(*driver.Driver) { close(started) }))
 	r.done = make(chan error, 1)
 	go func() { r.done <- r.d.Run(ctx) }()
 	select {
@@ -213,15 +217,21 @@ func (r *rig) dra(t testing.TB) drapbv1.DRAPluginClient {
 // health service advertised, the ResourceSlice, NodePrepareResources with
 // the shared CDI spec's name, idempotent and surviving a driver restart,
 // and NodeUnprepareResources.
-// TestHoldsResourceEndpoint: nvinject-dra registers an empty device-plugin
-// endpoint for the DeviceClass's extended resource, again after a restart,
-// and none with --hold-resource-endpoint=false.
+// TestHoldsResourceEndpoint: nvinject-dra holds an empty device-plugin
+// endpoint for the DeviceClass's extended resource in --kubelet-dir, again
+// after a restart, and none with --hold-resource-endpoint=false. (What the
+// endpoint answers kubelet is deviceplugin/endpoint's test.)
 func TestHoldsResourceEndpoint(t *testing.T) {
 	r := newRig(t, "sim:a100-80gb")
+	want := [2]string{filepath.Join(r.dir, "dp"), contract.ResourceName}
 	for _, when := range []string{"start", "restart"} {
-		req := r.kubelet.WaitRegister(t, 10*time.Second)
-		if req.ResourceName != contract.ResourceName || req.Endpoint != draendpoint.Socket {
-			t.Fatalf("%s: registered %s at %s, want %s at %s", when, req.ResourceName, req.Endpoint, contract.ResourceName, draendpoint.Socket)
+		select {
+		case got := <-r.holds:
+			if got != want {
+				t.Fatalf("%s: held the endpoint in %s for %s, want %s for %s", when, got[0], got[1], want[0], want[1])
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no endpoint held", when)
 		}
 		if when == "start" {
 			r.restart(t)
@@ -231,8 +241,8 @@ func TestHoldsResourceEndpoint(t *testing.T) {
 	off := newRig(t, "sim:a100-80gb", "--hold-resource-endpoint=false")
 	off.register(t)
 	select {
-	case req := <-off.kubelet.Requests():
-		t.Errorf("registered %s at %s with --hold-resource-endpoint=false", req.ResourceName, req.Endpoint)
+	case got := <-off.holds:
+		t.Errorf("held the endpoint in %s for %s with --hold-resource-endpoint=false", got[0], got[1])
 	case <-time.After(300 * time.Millisecond):
 	}
 }
@@ -284,7 +294,7 @@ func (r *rig) untilHeld(t testing.TB, what string, want map[string]string) {
 // before the node moved to DRA is tainted in the first ResourceSlice, and
 // untainted once kubelet no longer lists the pod.
 func TestDevicePluginPodKeepsItsGPU(t *testing.T) {
-	pr := nodemovetest.Start(t, filepath.Join(kubelettest.Dir(t), "pr.sock"))
+	pr := nodemovetest.Start(t, filepath.Join(t.TempDir(), "pr.sock"))
 	uuid1 := sim.UUID("a100-80gb", 1)
 	pr.Set(&podresv1.PodResources{Namespace: "default", Name: "vllm", Containers: []*podresv1.ContainerResources{{Name: "vllm",
 		Devices: []*podresv1.ContainerDevices{{ResourceName: contract.ResourceName, DeviceIds: []string{uuid1}}}}}})
@@ -302,7 +312,7 @@ func TestDevicePluginPodKeepsItsGPU(t *testing.T) {
 // held=unknown, so no claim gets a GPU a device-plugin pod may hold; once
 // it answers, only the real holder's GPU stays tainted.
 func TestHeldFailsClosed(t *testing.T) {
-	sock := filepath.Join(kubelettest.Dir(t), "pr.sock")
+	sock := filepath.Join(t.TempDir(), "pr.sock")
 	r := newRig(t, "sim:a100-80gb*2", "--pod-resources-socket="+sock)
 	unknown := map[string]string{"gpu-0": contract.DRAHeldTaintUnknown, "gpu-1": contract.DRAHeldTaintUnknown}
 	if got := heldTaints(r.slice(t)); !maps.Equal(got, unknown) {

@@ -1,4 +1,4 @@
-package dradaemon
+package daemon
 
 import (
 	"context"

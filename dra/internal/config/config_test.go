@@ -1,4 +1,4 @@
-package draconfig_test
+package config_test
 
 import (
 	"bytes"
@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
+	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/shared/cli"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestLoadDefaultsAndEnv(t *testing.T) {
-	c, err := draconfig.Load(nil, env(map[string]string{
+	c, err := config.Load(nil, env(map[string]string{
 		"NODE_NAME": "worker", "NVIDIA_VISIBLE_DEVICES": "GPU-abc", "NVINJECT_NVML": "sim:a100-80gb",
 		"NVINJECT_KUBELET_PLUGINS_DIR": "/x/plugins",
 	}), &bytes.Buffer{}, &bytes.Buffer{})
@@ -30,7 +30,7 @@ func TestLoadDefaultsAndEnv(t *testing.T) {
 		t.Errorf("metrics %s, log format %s", c.MetricsAddr, c.LogFormat)
 	}
 	// The command line wins over the environment.
-	c, err = draconfig.Load([]string{"--node-name=cli"}, env(map[string]string{"NODE_NAME": "env"}), &bytes.Buffer{}, &bytes.Buffer{})
+	c, err = config.Load([]string{"--node-name=cli"}, env(map[string]string{"NODE_NAME": "env"}), &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil || c.NodeName != "cli" {
 		t.Errorf("node name %q, %v; want cli", c.NodeName, err)
 	}
@@ -55,7 +55,7 @@ func TestLoadRejects(t *testing.T) {
 		{[]string{"--node-name=n", "--hook-binary=bin/hook"}, "--hook-binary=\"bin/hook\" is not an absolute path"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 	} {
-		_, err := draconfig.Load(tc.args, env(nil), &bytes.Buffer{}, &bytes.Buffer{})
+		_, err := config.Load(tc.args, env(nil), &bytes.Buffer{}, &bytes.Buffer{})
 		var ue cli.UsageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Load(%q) = %v; want a usage error containing %q", tc.args, err, tc.want)
@@ -66,13 +66,13 @@ func TestLoadRejects(t *testing.T) {
 func TestHelpAndVersion(t *testing.T) {
 	for _, arg := range []string{"--help", "--version"} {
 		var out bytes.Buffer
-		_, err := draconfig.Load([]string{arg}, env(nil), &out, &bytes.Buffer{})
-		if !draconfig.ErrHelp(err) || !strings.Contains(out.String(), "nvinject-dra") {
+		_, err := config.Load([]string{arg}, env(nil), &out, &bytes.Buffer{})
+		if !config.ErrHelp(err) || !strings.Contains(out.String(), "nvinject-dra") {
 			t.Errorf("%s: err %v, stdout %q", arg, err, out.String())
 		}
 	}
 	var out bytes.Buffer
-	_, _ = draconfig.Load([]string{"--help"}, env(nil), &out, &bytes.Buffer{})
+	_, _ = config.Load([]string{"--help"}, env(nil), &out, &bytes.Buffer{})
 	for _, s := range []string{"NVIDIA_VISIBLE_DEVICES", "NODE_NAME", "NVINJECT_STATE_DIR", "gpu.nvinject.io"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("--help lacks %s", s)

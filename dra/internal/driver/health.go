@@ -1,4 +1,4 @@
-package dra
+package driver
 
 import (
 	"context"

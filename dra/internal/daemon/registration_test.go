@@ -1,4 +1,4 @@
-package dradaemon
+package daemon
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
+	"github.com/nvinject/nvinject/dra/internal/config"
 )
 
 // kubelet's registration status flips readiness, except a refusal of a
@@ -31,7 +31,7 @@ func TestRegistrationStatus(t *testing.T) {
 		{"refused", []*registerapi.RegistrationStatus{ok, refused}, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := New(draconfig.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			d := New(config.Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			m := newMetrics(prometheus.NewRegistry())
 			seen := d.registrationSeen(m)
 			for _, st := range tc.statuses {

@@ -1,9 +1,10 @@
-package draendpoint
+package endpoint
 
 import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
 )
 
@@ -24,12 +24,9 @@ import (
 func TestEndpointThroughKubeletProtocol(t *testing.T) {
 	dir := kubelettest.Dir(t)
 	k := kubelettest.Start(t, dir)
-	srv := New("nvidia.com/gpu")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- kubelet.New(dir, Socket, "nvidia.com/gpu", srv, kubelet.WithStopService(srv.Stop)).Run(ctx)
-	}()
+	go func() { done <- Hold(ctx, dir, "nvidia.com/gpu", slog.New(slog.DiscardHandler)) }()
 	shutdown := sync.OnceValue(func() error {
 		cancel()
 		return <-done

@@ -1,10 +1,10 @@
-// Package dra is nvinject's DRA driver logic behind the kubeletplugin
+// Package driver is nvinject's DRA driver logic behind the kubeletplugin
 // helper: the ResourceSlice devices (one per selected GPU, with taints
 // while Unhealthy), NodePrepareResources/NodeUnprepareResources answered
 // with the shared CDI spec's device names and checkpointed, and the
 // KEP-4680 health stream. It owns no sockets and no API client: the daemon
 // wires it to kubeletplugin.
-package dra
+package driver
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/dracheckpoint"
+	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -68,7 +68,7 @@ type Driver struct {
 	devices     []Device
 	byName      map[string]Device
 	health      Health
-	state       *dracheckpoint.Store
+	state       *checkpoint.Store
 	log         *slog.Logger
 	metrics     Metrics
 	resend      time.Duration
@@ -123,7 +123,7 @@ func WithFatal(f func(error)) Option { return func(d *Driver) { d.fatal = f } }
 
 // New returns the driver for node's selected GPUs; cdiName maps a GPU UUID
 // to its device name in the shared CDI spec. pool is the node name.
-func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid string) string, h Health, state *dracheckpoint.Store, opts ...Option) (*Driver, error) {
+func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid string) string, h Health, state *checkpoint.Store, opts ...Option) (*Driver, error) {
 	if pool == "" {
 		return nil, errors.New("the DRA driver needs the node name (--node-name, env NODE_NAME from the downward API)")
 	}

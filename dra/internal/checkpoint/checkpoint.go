@@ -1,9 +1,9 @@
-// Package dracheckpoint keeps the DRA driver's prepared claims in one file
+// Package checkpoint keeps the DRA driver's prepared claims in one file
 // of its state directory, so NodeUnprepareResources and a repeated
 // NodePrepareResources answer the same after the driver or kubelet
 // restarts. Every change is written atomically (temp file, fsync, rename,
 // fsync of the directory) before the call that made it returns.
-package dracheckpoint
+package checkpoint
 
 import (
 	"cmp"

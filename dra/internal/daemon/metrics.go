@@ -1,4 +1,4 @@
-package dradaemon
+package daemon
 
 import (
 	"strconv"
@@ -9,7 +9,7 @@ import (
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
-// metrics are nvinject-dra's collectors; they implement dra.Metrics.
+// metrics are nvinject-dra's collectors; they implement driver.Metrics.
 type metrics struct {
 	prepares, unprepares *prometheus.CounterVec
 	prepared             prometheus.Gauge

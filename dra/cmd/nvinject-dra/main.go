@@ -16,8 +16,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/draconfig"
-	"github.com/nvinject/nvinject/deviceplugin/internal/dradaemon"
+	"github.com/nvinject/nvinject/dra/internal/config"
+	"github.com/nvinject/nvinject/dra/internal/daemon"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/logging"
 )
@@ -38,11 +38,11 @@ func main() {
 	}()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, recoverAll)
 	stop()
-	os.Exit(cli.Code(draconfig.Name, err, os.Stderr))
+	os.Exit(cli.Code(config.Name, err, os.Stderr))
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, recoverAll <-chan struct{}) error {
-	cfg, err := draconfig.Load(args, getenv, stdout, stderr)
+	cfg, err := config.Load(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -51,5 +51,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cli.UsageError{Err: err}
 	}
 	log.Info("effective configuration", cfg.Attrs()...)
-	return dradaemon.New(cfg, log, dradaemon.WithRecoverAll(recoverAll)).Run(ctx)
+	return daemon.New(cfg, log, daemon.WithRecoverAll(recoverAll)).Run(ctx)
 }
