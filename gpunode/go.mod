@@ -11,6 +11,7 @@ require (
 	github.com/nvinject/nvinject/shared v0.0.0-00010101000000-000000000000
 	google.golang.org/grpc v1.82.1
 	k8s.io/kubelet v0.37.2
+	tags.cncf.io/container-device-interface v1.1.2
 )
 
 require (
@@ -26,6 +27,5 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	tags.cncf.io/container-device-interface v1.1.2 // indirect
 	tags.cncf.io/container-device-interface/specs-go v1.1.1 // indirect
 )

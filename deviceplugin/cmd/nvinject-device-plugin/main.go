@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	log, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
+	log, err := cfg.Log.Logger(stderr)
 	if err != nil {
 		return cli.UsageError{Err: err}
 	}

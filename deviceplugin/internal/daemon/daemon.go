@@ -24,6 +24,7 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
 	"github.com/nvinject/nvinject/deviceplugin/internal/metrics"
 	"github.com/nvinject/nvinject/deviceplugin/internal/plugin"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/gpunode/simdebug"
@@ -38,7 +39,7 @@ import (
 type Daemon struct {
 	cfg          config.Config
 	log          *slog.Logger
-	open         func(string, backend.Options) (*backend.Backend, error)
+	open         gpunode.OpenFunc
 	recover      <-chan os.Signal
 	poll         time.Duration
 	startTimeout time.Duration
@@ -58,7 +59,7 @@ type Option func(*Daemon)
 func WithRecoverSignal(ch <-chan os.Signal) Option { return func(d *Daemon) { d.recover = ch } }
 
 // WithOpen replaces how NVML is opened (tests keep the simulated node).
-func WithOpen(f func(string, backend.Options) (*backend.Backend, error)) Option {
+func WithOpen(f gpunode.OpenFunc) Option {
 	return func(d *Daemon) { d.open = f }
 }
 
@@ -118,7 +119,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // serveNVML opens NVML, publishes, and closes NVML once publishing ended.
 func (d *Daemon) serveNVML(ctx context.Context, m *metrics.Metrics) error {
-	b, err := d.openNVML(ctx)
+	b, err := gpunode.OpenNVML(ctx, d.cfg.Config, d.open, d.nvmlRetry, d.log, d.ready.SetNotReady)
 	if err != nil || b == nil {
 		return err
 	}
@@ -294,28 +295,6 @@ func uuidsOf(devs []gpu.Device) []string {
 
 func (d *Daemon) responder() (*allocate.Responder, error) {
 	return allocate.New(d.cfg.AnnotationPrefix, d.cfg.Strategies...)
-}
-
-// openNVML opens the backend; on failure it exits or waits as configured.
-// A nil backend with a nil error means ctx ended while waiting.
-func (d *Daemon) openNVML(ctx context.Context) (*backend.Backend, error) {
-	for {
-		b, err := d.open(d.cfg.NVML, backend.Options{DriverRoot: d.cfg.DriverRoot})
-		if err == nil {
-			return b, nil
-		}
-		err = fmt.Errorf("cannot open NVML (--nvml=%s): %w", d.cfg.NVML, err)
-		if d.cfg.OnNVMLError == config.OnNVMLErrorExit {
-			return nil, err
-		}
-		d.ready.SetNotReady(err.Error())
-		d.log.Error("NVML unavailable; no GPUs published, retrying (set --on-nvml-error=exit to fail instead)", "error", err, "retry_in", d.nvmlRetry)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(d.nvmlRetry):
-		}
-	}
 }
 
 func (d *Daemon) recoverOnSignal(ctx context.Context, t *health.Tracker) {

@@ -19,7 +19,6 @@ import (
 	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/dra/internal/daemon"
 	"github.com/nvinject/nvinject/shared/cli"
-	"github.com/nvinject/nvinject/shared/logging"
 )
 
 func main() {
@@ -46,7 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	log, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
+	log, err := cfg.Log.Logger(stderr)
 	if err != nil {
 		return cli.UsageError{Err: err}
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/dra/internal/driver"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/gpunode/simdebug"
@@ -52,7 +53,7 @@ import (
 type Daemon struct {
 	cfg     config.Config
 	log     *slog.Logger
-	open    func(string, backend.Options) (*backend.Backend, error)
+	open    gpunode.OpenFunc
 	client  kubernetes.Interface
 	recover <-chan struct{}
 	resend  time.Duration
@@ -72,7 +73,7 @@ type Option func(*Daemon)
 func WithRecoverAll(ch <-chan struct{}) Option { return func(d *Daemon) { d.recover = ch } }
 
 // WithOpen replaces how NVML is opened (tests).
-func WithOpen(f func(string, backend.Options) (*backend.Backend, error)) Option {
+func WithOpen(f gpunode.OpenFunc) Option {
 	return func(d *Daemon) { d.open = f }
 }
 
@@ -128,9 +129,9 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	if err != nil {
 		return err
 	}
-	b, err := d.open(d.cfg.NVML, backend.Options{DriverRoot: d.cfg.DriverRoot})
-	if err != nil {
-		return fmt.Errorf("cannot open NVML (--nvml=%s): %w", d.cfg.NVML, err)
+	b, err := gpunode.OpenNVML(ctx, d.cfg.Config, d.open, 10*time.Second, d.log, d.ready.SetNotReady)
+	if err != nil || b == nil {
+		return err
 	}
 	if b.Sim != nil {
 		d.sim.Store(b)
