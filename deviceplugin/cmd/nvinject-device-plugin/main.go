@@ -22,6 +22,7 @@ import (
 
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/daemon"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/logging"
 )
@@ -51,7 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cli.UsageError{Err: err}
 	}
 	log.Info("effective configuration", cfg.Attrs()...)
-	if err := daemon.New(cfg, log, daemon.WithRecoverSignal(hup)).Run(ctx); err != nil {
+	if err := daemon.New(cfg, log, daemon.WithNode(gpunode.WithRecoverSignal(hup))).Run(ctx); err != nil {
 		log.Error(name+" failed", logging.Err(err))
 		return err
 	}

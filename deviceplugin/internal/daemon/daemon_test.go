@@ -21,6 +21,7 @@ import (
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
@@ -92,7 +93,7 @@ func (r *rig) run(t testing.TB, opts ...Option) {
 		}
 		return b, err
 	}
-	opts = append([]Option{WithOpen(open), WithTimings(10*time.Millisecond, 10*time.Second, 10*time.Millisecond)}, opts...)
+	opts = append([]Option{WithNode(gpunode.WithOpen(open), gpunode.WithNVMLRetry(10*time.Millisecond)), WithTimings(10*time.Millisecond, 10*time.Second)}, opts...)
 	d := New(r.cfg, quietLog(), opts...)
 	r.d = d
 	ctx, cancel := context.WithCancel(context.Background())
@@ -194,7 +195,7 @@ func TestXidUpdatesListAndWatchAndIgnoredXidDoesNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Operator recovery (the sim endpoint's and SIGHUP's path).
-	if err := r.d.late().Recover(context.Background(), simUUID(1)); err != nil {
+	if err := r.d.node.Tracker().Recover(context.Background(), simUUID(1)); err != nil {
 		t.Fatal(err)
 	}
 	if h := healthOf(next()); h[simUUID(1)] != pluginapi.Healthy || h[simUUID(0)] != pluginapi.Healthy {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/dra/internal/daemon"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/cli"
 )
 
@@ -25,22 +26,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	recoverAll := make(chan struct{})
-	go func() {
-		for range hup {
-			select {
-			case recoverAll <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, recoverAll)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, hup)
+	signal.Stop(hup)
 	stop()
 	os.Exit(cli.Code(config.Name, err, os.Stderr))
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, recoverAll <-chan struct{}) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, hup <-chan os.Signal) error {
 	cfg, err := config.Load(args, getenv, stdout, stderr)
 	if err != nil {
 		return err
@@ -50,5 +42,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cli.UsageError{Err: err}
 	}
 	log.Info("effective configuration", cfg.Attrs()...)
-	return daemon.New(cfg, log, daemon.WithRecoverAll(recoverAll)).Run(ctx)
+	return daemon.New(cfg, log, daemon.WithNode(gpunode.WithRecoverSignal(hup))).Run(ctx)
 }

@@ -1,24 +1,22 @@
-// Package daemon wires nvinject-dra together: NVML (real or simulated),
-// the device plugin's GPU selection, the one CDI spec, the health tracker,
-// the DRA driver (internal/driver) behind k8s.io/dynamic-resource-allocation's
-// kubeletplugin helper (registration, DRA and health gRPC services,
-// ResourceSlice publication), and the metrics/health endpoints. Every
-// goroutine belongs to one errgroup and is waited for.
+// Package daemon wires nvinject-dra's DRA protocol onto the GPU node
+// (gpunode: NVML, selection, the one CDI spec, health, the metrics and
+// health endpoints): the DRA driver (internal/driver) behind
+// k8s.io/dynamic-resource-allocation's kubeletplugin helper (registration,
+// DRA and health gRPC services, ResourceSlice publication), the held-GPU
+// taints and the empty device-plugin endpoint. Every goroutine belongs to
+// an errgroup and is waited for.
 package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
@@ -32,49 +30,40 @@ import (
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/deviceplugin/endpoint"
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/dra/internal/driver"
 	"github.com/nvinject/nvinject/gpunode"
-	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
-	"github.com/nvinject/nvinject/gpunode/simdebug"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
-	"github.com/nvinject/nvinject/shared/gpu/backend"
-	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 	"github.com/nvinject/nvinject/shared/httpserve"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // Daemon is one nvinject-dra process.
 type Daemon struct {
-	cfg     config.Config
-	log     *slog.Logger
-	open    gpunode.OpenFunc
-	client  kubernetes.Interface
-	recover <-chan struct{}
-	resend  time.Duration
-	lease   time.Duration
-	onStart func(*driver.Driver)
-	hold    func(ctx context.Context, kubeletDir, resource string, log *slog.Logger) error
+	cfg      config.Config
+	log      *slog.Logger
+	client   kubernetes.Interface
+	resend   time.Duration
+	lease    time.Duration
+	onStart  func(*driver.Driver)
+	hold     func(ctx context.Context, kubeletDir, resource string, log *slog.Logger) error
+	nodeOpts []gpunode.Option
 
-	ready   *httpserve.Readiness
-	tracker atomic.Pointer[health.Tracker]
-	sim     atomic.Pointer[backend.Backend]
+	node  *gpunode.Node
+	ready *httpserve.Readiness
 }
 
 // Option configures a Daemon.
 type Option func(*Daemon)
 
-// WithRecoverAll marks every GPU Healthy again on each receive (SIGHUP).
-func WithRecoverAll(ch <-chan struct{}) Option { return func(d *Daemon) { d.recover = ch } }
-
-// WithOpen replaces how NVML is opened (tests).
-func WithOpen(f gpunode.OpenFunc) Option {
-	return func(d *Daemon) { d.open = f }
+// WithNode configures the GPU node under the driver (gpunode.WithOpen,
+// WithRecoverSignal, WithNVMLRetry).
+func WithNode(opts ...gpunode.Option) Option {
+	return func(d *Daemon) { d.nodeOpts = append(d.nodeOpts, opts...) }
 }
 
 // WithKubeClient replaces the API client built from --kubeconfig (tests).
@@ -97,87 +86,41 @@ func WithOnStart(f func(*driver.Driver)) Option { return func(d *Daemon) { d.onS
 
 // New returns a daemon for cfg.
 func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
-	d := &Daemon{cfg: cfg, log: log, ready: httpserve.NewReadiness("starting"), open: backend.Open, hold: endpoint.Hold, resend: 10 * time.Second, lease: 30 * time.Second, onStart: func(*driver.Driver) {}}
+	d := &Daemon{cfg: cfg, log: log, ready: httpserve.NewReadiness("starting"), hold: endpoint.Hold, resend: 10 * time.Second, lease: 30 * time.Second, onStart: func(*driver.Driver) {}}
 	for _, o := range opts {
 		o(d)
 	}
+	d.node = gpunode.New(cfg.Config, log, append([]gpunode.Option{
+		gpunode.WithReady(d.ready.Ready),
+		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
+			Events: contract.MetricDRAHealthEvents, Healthy: contract.MetricDRADeviceHealthy,
+			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy (tainted).", DeviceLabel: "device",
+			DeviceID: driver.DeviceName,
+		}),
+	}, d.nodeOpts...)...)
 	return d
 }
 
-// Ready is nil once kubelet accepted the registration, else why not.
-func (d *Daemon) Ready() error { return d.ready.Ready() }
+// Ready is nil once NVML is open and kubelet accepted the registration,
+// else why not.
+func (d *Daemon) Ready() error { return d.node.Ready() }
 
 // Run runs until ctx ends or a part fails; it returns the first failure.
+// Every goroutine it starts has ended when it returns, and NVML is closed
+// only after the health watch and the driver stopped.
 func (d *Daemon) Run(ctx context.Context) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := newMetrics(reg)
-	web := httpserve.New(d.cfg.MetricsAddr, reg, httpserve.WithLogger(d.log), httpserve.WithReady(d.Ready))
-	if d.cfg.NVML != backend.Real {
-		for pattern, h := range simdebug.Routes(d.late(), d.late()) {
-			web.Handle(pattern, h)
-		}
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return web.Run(ctx) })
-	g.Go(func() error { return d.serve(ctx, g, m) })
-	return g.Wait()
-}
-
-func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error {
+	m := newMetrics(d.node.Registry())
 	client, err := d.kubeClient()
 	if err != nil {
 		return err
 	}
-	b, err := gpunode.OpenNVML(ctx, d.cfg.Config, d.open, 10*time.Second, d.log, d.ready.SetNotReady)
-	if err != nil || b == nil {
-		return err
-	}
-	if b.Sim != nil {
-		d.sim.Store(b)
-	}
-	g.Go(func() error {
-		<-ctx.Done()
-		return b.Close()
-	})
-	node, err := b.Discover(ctx)
-	if err != nil {
-		return fmt.Errorf("discover GPUs: %w", err)
-	}
-	selected, skipped, err := gpuselect.Select(node.Devices, d.cfg.Selector, d.cfg.MIGStrategy)
-	if err != nil {
-		return err
-	}
-	for _, s := range skipped {
-		d.log.Warn("GPU not published", "uuid", s.Device.UUID, "reason", s.Reason)
-	}
-	if len(selected) == 0 {
-		return fmt.Errorf("no GPU to publish: NVIDIA_VISIBLE_DEVICES=%s selects none of the node's %d GPUs; set it (ConfigMap key %s) to a GPU UUID, index or all", contract.Quote(d.cfg.VisibleDevices), len(node.Devices), contract.ConfigMapKey)
-	}
+	return d.node.Run(ctx, func(ctx context.Context, g gpunode.GPUs) error { return d.serve(ctx, client, g, m) })
+}
 
-	// The one CDI spec: the device plugin's generator and file name, so the
-	// NRI plugin and containerd resolve the same names on either path.
-	gen := spec.New(spec.WithVendor(d.cfg.CDIVendor), spec.WithClass(d.cfg.CDIClass), spec.WithDriverRoot(d.cfg.DriverRoot), spec.WithHostDriverRoot(d.cfg.HostDriverRoot), spec.WithHookBinary(d.cfg.HookBinary))
-	s, err := gen.Generate(node, selected)
-	if err != nil {
-		return fmt.Errorf("generate the CDI spec: %w", err)
-	}
-	path, changed, err := spec.Write(d.cfg.CDISpecDir, s)
-	if err != nil {
-		return fmt.Errorf("write the CDI spec: %w; check that --cdi-spec-dir is writable", err)
-	}
-	d.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(selected))
-
-	tracker := health.New(uuidsOf(selected),
-		health.WithLogger(d.log), health.WithIgnoredXids(d.cfg.IgnoredXids), health.WithQuietPeriod(d.cfg.QuietPeriod),
-		health.WithObserver(m.observeEvent), health.WithCheckpoint(filepath.Join(d.cfg.StateDir, healthCheckpoint)))
-	d.tracker.Store(tracker)
-	g.Go(func() error {
-		tracker.Run(ctx, b)
-		return nil
-	})
-	g.Go(func() error { return d.recoverOnSignal(ctx, tracker) })
-
+// serve runs the DRA driver over the node's GPUs behind kubelet's plugin
+// helper until ctx ends or the driver fails; it returns after everything
+// it started did.
+func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gpunode.GPUs, m *metrics) error {
 	if err := os.MkdirAll(d.cfg.DriverPluginDir(), 0o750); err != nil {
 		return fmt.Errorf("create the plugin dir %s: %w; check --kubelet-plugins-dir", d.cfg.DriverPluginDir(), err)
 	}
@@ -186,7 +129,7 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 		return err
 	}
 	fatal := make(chan error, 1)
-	drv, err := driver.New(d.cfg.NodeName, node, selected, gen.QualifiedName, tracker, state,
+	drv, err := driver.New(d.cfg.NodeName, gpus.Node, gpus.Published, gpus.CDIName, gpus.Health, state,
 		driver.WithLogger(d.log), driver.WithMetrics(m), driver.WithHealthTiming(d.resend, d.lease),
 		driver.WithClaimLookup(func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 			c, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -208,7 +151,6 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 		d.log.Info("publishing GPU", "device", dev.Name, "uuid", dev.UUID, "name", dev.Device.Name, "numa", dev.NUMANode, "cdi_device", dev.CDIName)
 	}
 	d.log.Info("checkpoint loaded", "path", state.Path(), "prepared_claims", state.Len())
-	g.Go(func() error { return d.watchHealthMetric(ctx, tracker, drv, m) })
 
 	d.ready.SetNotReady("not registered with kubelet yet (registration socket in " + d.cfg.RegistrarDir + ")")
 	kctx := klog.NewContext(ctx, logr.FromSlogHandler(d.log.Handler()))
@@ -219,32 +161,30 @@ func (d *Daemon) serve(ctx context.Context, g *errgroup.Group, m *metrics) error
 	if err != nil {
 		return fmt.Errorf("start the kubelet plugin (registrar dir %s, plugin dir %s): %w; check that both exist on the host and are mounted at the same paths", d.cfg.RegistrarDir, d.cfg.DriverPluginDir(), err)
 	}
-	g.Go(func() error {
-		<-ctx.Done()
-		helper.Stop()
-		d.releaseIfMovedAway(client)
-		return nil
-	})
+	ctx, cancel := context.WithCancel(ctx)
+	g, ctx := errgroup.WithContext(ctx)
 	if d.cfg.PodResourcesSocket != "" {
-		if err := d.watchHeld(ctx, g, drv, node.Devices); err != nil {
-			return err
-		}
+		err = d.watchHeld(ctx, g, drv, gpus.Node.Devices)
 	} else {
 		d.log.Warn("--pod-resources-socket is empty: GPUs that device-plugin pods still hold are not tainted, so a claim may get one of them (a node moved to DRA under running pods)")
 	}
-	g.Go(func() error { return drv.Publish(ctx, helper) })
-	if d.cfg.HoldEndpoint {
-		g.Go(func() error {
-			return d.hold(ctx, d.cfg.KubeletDir, d.cfg.ResourceName, d.log.With("component", "resource-endpoint"))
-		})
+	if err == nil {
+		g.Go(func() error { return drv.Publish(ctx, helper) })
+		if d.cfg.HoldEndpoint {
+			g.Go(func() error {
+				return d.hold(ctx, d.cfg.KubeletDir, d.cfg.ResourceName, d.log.With("component", "resource-endpoint"))
+			})
+		}
+		d.onStart(drv)
+		select {
+		case <-ctx.Done():
+		case err = <-fatal:
+		}
 	}
-	d.onStart(drv)
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-fatal:
-		return err
-	}
+	cancel()
+	helper.Stop()
+	d.releaseIfMovedAway(client)
+	return errors.Join(err, g.Wait())
 }
 
 // releaseIfMovedAway deletes the node's ResourceSlices when nvinject-dra
@@ -382,55 +322,3 @@ func (d *Daemon) registrationSeen(m *metrics) grpc.UnaryServerInterceptor {
 		return handler(ctx, req)
 	}
 }
-
-func (d *Daemon) watchHealthMetric(ctx context.Context, t *health.Tracker, drv *driver.Driver, m *metrics) error {
-	changed, cancel := t.Subscribe()
-	defer cancel()
-	names := map[string]string{}
-	for _, dev := range drv.Devices() {
-		names[dev.UUID] = dev.Name
-	}
-	for {
-		for _, s := range t.States() {
-			v := 0.0
-			if s.Healthy {
-				v = 1
-			}
-			m.healthy.WithLabelValues(s.UUID, names[s.UUID]).Set(v)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		}
-	}
-}
-
-func (d *Daemon) recoverOnSignal(ctx context.Context, t *health.Tracker) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-d.recover:
-			d.log.Info("operator recovery: clearing the Xid and loss marks of every GPU NVML vouches for")
-			if err := t.RecoverAll(ctx); err != nil {
-				d.log.Warn("operator recovery: a GPU stays Unhealthy", logging.Err(err))
-			}
-		}
-	}
-}
-
-func uuidsOf(devs []gpu.Device) []string {
-	out := make([]string, len(devs))
-	for i, dv := range devs {
-		out[i] = dv.UUID
-	}
-	return out
-}
-
-// healthCheckpoint in the state dir keeps health marks across restarts,
-// as the device plugin's does.
-const healthCheckpoint = "health.json"
-
-// late serves the sim-only endpoints before the node and tracker are open.
-func (d *Daemon) late() simdebug.Late { return simdebug.Late{Node: &d.sim, Tracker: &d.tracker} }

@@ -30,6 +30,7 @@ import (
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/dra/internal/driver"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodemove/nodemovetest"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -111,7 +112,7 @@ func (r *rig) start(t testing.TB) {
 		}
 		return b, err
 	}
-	r.d = New(r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithOpen(open), WithKubeClient(r.client),
+	r.d = New(r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithNode(gpunode.WithOpen(open)), WithKubeClient(r.client),
 		WithTimings(100*time.Millisecond, time.Second),
 		WithHoldEndpoint(func(ctx context.Context, kubeletDir, resource string, _ *slog.Logger) error {
 			r.holds <- [2]string{kubeletDir, resource}
@@ -166,7 +167,7 @@ func (r *rig) register(t testing.TB) *registerapi.PluginInfo {
 	}
 	until(t, "readiness after registration", func() bool { return r.d.Ready() == nil })
 	until(t, "every GPU Healthy", func() bool {
-		tr := r.d.tracker.Load()
+		tr := r.d.node.Tracker()
 		return tr != nil && !slices.ContainsFunc(tr.States(), func(s health.State) bool { return !s.Healthy })
 	})
 	return info
@@ -244,27 +245,6 @@ func TestHoldsResourceEndpoint(t *testing.T) {
 	case got := <-off.holds:
 		t.Errorf("held the endpoint in %s for %s with --hold-resource-endpoint=false", got[0], got[1])
 	case <-time.After(300 * time.Millisecond):
-	}
-}
-
-// TestSpecRunsTheHooks: with --hook-binary nvinject-dra writes the same
-// spec as the device plugin, createContainer hooks included (ld.so.cache,
-// library links), since it replaces the node's one spec.
-func TestSpecRunsTheHooks(t *testing.T) {
-	// The spec names the hook by its host path; any executable file will do.
-	hook := filepath.Join(t.TempDir(), "nvinject-cdi-hook")
-	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r := newRig(t, "sim:a100-80gb", "--hook-binary="+hook)
-	b, err := os.ReadFile(filepath.Join(r.cfg.CDISpecDir, "nvidia.com-gpu.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"path: " + hook, "update-ldcache", "createContainer"} {
-		if !strings.Contains(string(b), want) {
-			t.Errorf("the CDI spec lacks %q:\n%s", want, b)
-		}
 	}
 }
 
@@ -454,7 +434,7 @@ func TestXidTaintsAndHealthStream(t *testing.T) {
 	}
 	waitHealth(drahealthv1.HealthStatus_UNHEALTHY)
 	until(t, "the taint", tainted)
-	if err := r.d.late().Recover(context.Background(), uuid); err != nil {
+	if err := r.d.node.Tracker().Recover(context.Background(), uuid); err != nil {
 		t.Fatal(err)
 	}
 	waitHealth(drahealthv1.HealthStatus_HEALTHY)

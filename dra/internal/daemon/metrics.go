@@ -1,22 +1,18 @@
 package daemon
 
 import (
-	"strconv"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nvinject/nvinject/shared/contract"
-	"github.com/nvinject/nvinject/shared/gpu"
 )
 
-// metrics are nvinject-dra's collectors; they implement driver.Metrics.
+// metrics are nvinject-dra's own collectors (the node keeps the health
+// ones); they implement driver.Metrics.
 type metrics struct {
 	prepares, unprepares *prometheus.CounterVec
 	prepared             prometheus.Gauge
 	streams              prometheus.Gauge
 	background           prometheus.Counter
-	healthEvents         *prometheus.CounterVec
-	healthy              *prometheus.GaugeVec
 	registered           prometheus.Gauge
 }
 
@@ -37,17 +33,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		background: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: contract.MetricDRABackgroundErrors, Help: "Background errors (ResourceSlice publication, gRPC servers).",
 		}),
-		healthEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: contract.MetricDRAHealthEvents, Help: "NVML health events received, by kind (xid, gpu-lost), Xid and whether policy ignored them.",
-		}, []string{"kind", "xid", "ignored"}),
-		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: contract.MetricDRADeviceHealthy, Help: "1 when the published GPU is Healthy, 0 when Unhealthy (tainted).",
-		}, []string{"uuid", "device"}),
 		registered: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: contract.MetricDRARegistered, Help: "1 once kubelet accepted the plugin's registration.",
 		}),
 	}
-	reg.MustRegister(m.prepares, m.unprepares, m.prepared, m.streams, m.background, m.healthEvents, m.healthy, m.registered)
+	reg.MustRegister(m.prepares, m.unprepares, m.prepared, m.streams, m.background, m.registered)
 	return m
 }
 
@@ -56,11 +46,3 @@ func (m *metrics) Unprepared(result string) { m.unprepares.WithLabelValues(resul
 func (m *metrics) SetPreparedClaims(n int)  { m.prepared.Set(float64(n)) }
 func (m *metrics) HealthStream(delta int)   { m.streams.Add(float64(delta)) }
 func (m *metrics) BackgroundError()         { m.background.Inc() }
-
-func (m *metrics) observeEvent(e gpu.HealthEvent, ignored bool) {
-	xid := ""
-	if e.Kind == gpu.EventXid {
-		xid = strconv.FormatUint(e.Xid, 10)
-	}
-	m.healthEvents.WithLabelValues(e.Kind.String(), xid, strconv.FormatBool(ignored)).Inc()
-}
