@@ -46,6 +46,15 @@ type GPUs struct {
 	Health  *health.Tracker
 }
 
+// UUIDs are the published GPUs' UUIDs, in publication order.
+func (g GPUs) UUIDs() []string {
+	out := make([]string, len(g.Published))
+	for i, d := range g.Published {
+		out[i] = d.UUID
+	}
+	return out
+}
+
 // Serve is a plugin's protocol over the node's GPUs. It runs until ctx
 // ends and returns once everything it started has; an error ends the node.
 type Serve func(ctx context.Context, g GPUs) error
@@ -229,27 +238,25 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 	}
 	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(published))
 
-	tracker := n.newTracker(published)
-	n.tracker.Store(tracker)
+	gpus := GPUs{Node: node, Published: published, CDIName: gen.QualifiedName}
+	gpus.Health = n.newTracker(gpus)
+	n.tracker.Store(gpus.Health)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { tracker.Run(ctx, b); return nil })
-	g.Go(func() error { n.recoverOnSignal(ctx, tracker); return nil })
+	g.Go(func() error { gpus.Health.Run(ctx, b); return nil })
+	g.Go(func() error { n.recoverOnSignal(ctx, gpus.Health); return nil })
 	g.Go(func() error {
 		defer cancel()
-		return serve(ctx, GPUs{Node: node, Published: published, CDIName: gen.QualifiedName, Health: tracker})
+		return serve(ctx, gpus)
 	})
 	return g.Wait()
 }
 
 // newTracker tracks the published GPUs' health, with the checkpoint in
 // --state-dir and the health collectors kept current.
-func (n *Node) newTracker(published []gpu.Device) *health.Tracker {
-	uuids := make([]string, len(published))
-	for i, d := range published {
-		uuids[i] = d.UUID
-	}
+func (n *Node) newTracker(gpus GPUs) *health.Tracker {
+	uuids := gpus.UUIDs()
 	opts := []health.Option{health.WithLogger(n.log), health.WithIgnoredXids(n.cfg.IgnoredXids), health.WithQuietPeriod(n.cfg.QuietPeriod)}
 	if n.cfg.StateDir != "" {
 		opts = append(opts, health.WithCheckpoint(filepath.Join(n.cfg.StateDir, checkpointFile)))
@@ -263,7 +270,7 @@ func (n *Node) newTracker(published []gpu.Device) *health.Tracker {
 			if s.Healthy {
 				v = 1
 			}
-			n.healthy.WithLabelValues(s.UUID, n.names.DeviceID(published[i])).Set(v)
+			n.healthy.WithLabelValues(s.UUID, n.names.DeviceID(gpus.Published[i])).Set(v)
 		}
 	}
 	opts = append(opts, health.WithOnChange(setHealthy), health.WithObserver(func(e gpu.HealthEvent, ignored bool) {

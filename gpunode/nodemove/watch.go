@@ -57,19 +57,29 @@ func Strings(hs []Holder) []string {
 	return out
 }
 
-// Source says which path's assignments the watcher reports.
+// Source says which path's assignments the watcher reports, and so which
+// daemon withholds them and how: the words of the Set's log lines.
 type Source struct {
 	resource  string
 	draDriver string
+	// via and holders name the path ("DRA", "DRA claims"), one one holder
+	// ("a DRA claim"), withhold what the daemon does to a held GPU.
+	via, holders, one, withhold string
 }
 
 // DevicePluginPods reports GPUs given through the device-plugin resource
-// (device IDs: UUID, or index under DEVICE_ID_STRATEGY=index).
-func DevicePluginPods(resource string) Source { return Source{resource: resource} }
+// (device IDs: UUID, or index under DEVICE_ID_STRATEGY=index), which
+// nvinject-dra taints.
+func DevicePluginPods(resource string) Source {
+	return Source{resource: resource, via: "the device plugin", holders: "device-plugin pods", one: "a device-plugin pod", withhold: "tainted " + contract.DRAHeldTaintKey}
+}
 
 // DRAClaims reports GPUs given through driver's claims, by device name
-// (contract.DRADeviceName of the GPU's index, as nvinject-dra publishes it).
-func DRAClaims(driver string) Source { return Source{draDriver: driver} }
+// (contract.DRADeviceName of the GPU's index, as nvinject-dra publishes
+// it), which the device plugin publishes Unhealthy.
+func DRAClaims(driver string) Source {
+	return Source{draDriver: driver, via: "DRA", holders: "DRA claims", one: "a DRA claim", withhold: "published Unhealthy"}
+}
 
 // Watcher polls kubelet for the holders of the node's GPUs.
 type Watcher struct {
@@ -200,6 +210,16 @@ func (w *Watcher) held(c *podresv1.ContainerResources) map[string]string {
 		}
 	}
 	return out
+}
+
+// Follow polls kubelet into s until ctx ends, then closes the watcher: the
+// first answer at once (s.Read is closed after it), then every change.
+func (w *Watcher) Follow(ctx context.Context, s *Set) {
+	defer w.Close()
+	var r Result
+	r.Holders, r.Err = w.Poll(ctx)
+	s.Update(r)
+	w.Run(ctx, r, s.Update)
 }
 
 // Result is one poll's answer: the holders, or Err when kubelet could not

@@ -13,32 +13,39 @@ import (
 // errNotRead is the state before the first poll: nothing is known yet.
 var errNotRead = errors.New("kubelet's PodResources not read yet")
 
-// Set is the GPUs the device plugin withholds now: those a DRA claim of a
-// running pod holds (kubelet's device manager does not know DRA's
-// allocations), and every GPU while kubelet's PodResources cannot be read.
-// The plugin publishes them Unhealthy, so kubelet's allocatable leaves them
-// out, until the holder ends.
+// Set is the GPUs a daemon withholds now: those the other path's running
+// pods hold, and every GPU while kubelet's PodResources cannot be read.
+// The device plugin publishes them Unhealthy, so kubelet's allocatable
+// leaves them out (kubelet's device manager does not know DRA's
+// allocations); nvinject-dra taints them, so no claim is given them.
 type Set struct {
+	src      Source
 	uuids    []string
 	log      *slog.Logger
 	onChange func(uuids []string, r Result)
 
-	mu   sync.Mutex
-	cur  Result
-	subs map[chan struct{}]struct{}
+	mu       sync.Mutex
+	cur      Result
+	subs     map[chan struct{}]struct{}
+	read     chan struct{}
+	readOnce sync.Once
 }
 
-// NewSet returns the set for the published GPUs uuids; until the first
-// Update every one is withheld. onChange, if not nil, is called after each
-// change with uuids and the new state (the metrics).
-func NewSet(uuids []string, log *slog.Logger, onChange func(uuids []string, r Result)) *Set {
+// NewSet returns the set of the published GPUs uuids that src's pods may
+// hold; until the first Update every one is withheld. onChange, if not
+// nil, is called with uuids and the state now and after each change (the
+// metrics, the taints).
+func NewSet(src Source, uuids []string, log *slog.Logger, onChange func(uuids []string, r Result)) *Set {
 	if onChange == nil {
 		onChange = func([]string, Result) {}
 	}
-	s := &Set{uuids: uuids, log: log, onChange: onChange, cur: Result{Err: errNotRead}, subs: map[chan struct{}]struct{}{}}
+	s := &Set{src: src, uuids: uuids, log: log, onChange: onChange, cur: Result{Err: errNotRead}, subs: map[chan struct{}]struct{}{}, read: make(chan struct{})}
 	s.onChange(s.uuids, s.cur)
 	return s
 }
+
+// Read is closed once the first Update came: kubelet was asked.
+func (s *Set) Read() <-chan struct{} { return s.read }
 
 // Update records a poll, logs what changed and notifies subscribers.
 func (s *Set) Update(r Result) {
@@ -54,23 +61,24 @@ func (s *Set) Update(r Result) {
 	s.mu.Unlock()
 	s.logChange(prev, r)
 	s.onChange(s.uuids, r)
+	s.readOnce.Do(func() { close(s.read) })
 }
 
 func (s *Set) logChange(prev, r Result) {
 	switch {
 	case r.Err != nil:
-		s.log.Error("GPUs held by DRA claims unknown: every GPU is published Unhealthy until kubelet's PodResources can be read (fail closed)", logging.Err(r.Err))
+		s.log.Error("GPUs held by "+s.src.holders+" unknown: every GPU is "+s.src.withhold+" until kubelet's PodResources can be read (fail closed)", logging.Err(r.Err))
 		return
 	case prev.Err != nil && !errors.Is(prev.Err, errNotRead):
-		s.log.Info("kubelet's PodResources readable again; only GPUs DRA claims hold stay withheld")
+		s.log.Info("kubelet's PodResources readable again; only GPUs " + s.src.holders + " hold stay " + s.src.withhold)
 	}
 	for _, u := range s.uuids {
 		was, now := prev.Holders[u], r.Holders[u]
 		switch {
 		case len(now) > 0 && !slices.Equal(was, now):
-			s.log.Info("GPU held by a DRA claim: published Unhealthy, so kubelet gives it to no device-plugin pod, until the claim's pod ends", "uuid", u, "holders", Strings(now))
+			s.log.Info("GPU held by "+s.src.one+": "+s.src.withhold+" until its pod ends", "uuid", u, "holders", Strings(now))
 		case len(now) == 0 && len(was) > 0:
-			s.log.Info("GPU no longer held by a DRA claim: published by its health again", "uuid", u)
+			s.log.Info("GPU no longer held by "+s.src.one+": its own health decides again", "uuid", u)
 		}
 	}
 }
@@ -83,7 +91,7 @@ func (s *Set) Withheld(uuid string) (string, bool) {
 		return s.cur.Err.Error(), true
 	}
 	if hs := s.cur.Holders[uuid]; len(hs) > 0 {
-		return "held through DRA by " + strings.Join(Strings(hs), ", "), true
+		return "held through " + s.src.via + " by " + strings.Join(Strings(hs), ", "), true
 	}
 	return "", false
 }

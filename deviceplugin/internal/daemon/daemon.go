@@ -24,7 +24,6 @@ import (
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
-	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/httpserve"
 )
 
@@ -123,24 +122,28 @@ func (d *Daemon) serve(ctx context.Context, gpus gpunode.GPUs, m *metrics.Metric
 	if err := resp.Check(ids); err != nil {
 		return err
 	}
-	tracker := gpus.Health
 
 	var (
 		svcOpts []plugin.Option
-		held    *nodemove.Set
-		watcher *nodemove.Watcher
+		follow  func(context.Context)
+		// firstHeld is closed once PodResources was first read; nil without it.
+		firstHeld <-chan struct{}
 	)
 	if d.cfg.PodResourcesSocket != "" {
-		if watcher, err = nodemove.Dial(d.cfg.PodResourcesSocket, nodemove.DRAClaims(contract.DRADriver), published); err != nil {
+		src := nodemove.DRAClaims(contract.DRADriver)
+		w, err := nodemove.Dial(d.cfg.PodResourcesSocket, src, published)
+		if err != nil {
 			return err
 		}
-		held = nodemove.NewSet(uuidsOf(published), d.log, m.SetHeld)
+		held := nodemove.NewSet(src, gpus.UUIDs(), d.log, m.SetHeld)
 		d.held.Store(held)
 		svcOpts = append(svcOpts, plugin.WithWithheld(held))
+		follow = func(ctx context.Context) { w.Follow(ctx, held) }
+		firstHeld = held.Read()
 	} else {
 		d.log.Warn("--pod-resources-socket is empty: GPUs held by DRA pods are not protected; a device-plugin pod may get a GPU a DRA claim still uses (a node moved back from DRA under running pods)")
 	}
-	svc := plugin.New(table, tracker, resp, m, d.log, svcOpts...)
+	svc := plugin.New(table, gpus.Health, resp, m, d.log, svcOpts...)
 	registrar := kubelet.New(d.cfg.KubeletDir, d.cfg.PluginSocket, d.cfg.ResourceName, svc,
 		kubelet.WithLogger(d.log), kubelet.WithPoll(d.poll), kubelet.WithStopService(svc.Stop),
 		kubelet.WithOnRegister(func(err error) {
@@ -154,29 +157,20 @@ func (d *Daemon) serve(ctx context.Context, gpus gpunode.GPUs, m *metrics.Metric
 		}))
 
 	g, ctx := errgroup.WithContext(ctx)
-	firstHeld := make(chan struct{})
-	if held == nil {
-		close(firstHeld)
-	} else {
-		g.Go(func() error {
-			defer watcher.Close()
-			var r nodemove.Result
-			r.Holders, r.Err = watcher.Poll(ctx)
-			held.Update(r)
-			close(firstHeld)
-			watcher.Run(ctx, r, held.Update)
-			return nil
-		})
+	if follow != nil {
+		g.Go(func() error { follow(ctx); return nil })
 	}
 	g.Go(func() error {
-		if !d.awaitMonitoring(ctx, tracker) {
+		if !d.awaitMonitoring(ctx, gpus.Health) {
 			return nil
 		}
 		// kubelet's first list already withholds what DRA claims hold.
-		select {
-		case <-firstHeld:
-		case <-ctx.Done():
-			return nil
+		if firstHeld != nil {
+			select {
+			case <-firstHeld:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 		d.ready.SetNotReady("not registered with kubelet yet (waiting for " + d.cfg.KubeletSocket() + ")")
 		return registrar.Run(ctx)
@@ -202,14 +196,6 @@ func (d *Daemon) awaitMonitoring(ctx context.Context, t *health.Tracker) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-func uuidsOf(devs []gpu.Device) []string {
-	out := make([]string, len(devs))
-	for i, dv := range devs {
-		out[i] = dv.UUID
-	}
-	return out
 }
 
 func (d *Daemon) responder() (*allocate.Responder, error) {

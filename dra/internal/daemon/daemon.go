@@ -19,13 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -34,12 +28,11 @@ import (
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/dra/internal/driver"
+	"github.com/nvinject/nvinject/dra/internal/kubeapi"
 	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
-	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/httpserve"
-	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // Daemon is one nvinject-dra process.
@@ -110,9 +103,12 @@ func (d *Daemon) Ready() error { return d.node.Ready() }
 // only after the health watch and the driver stopped.
 func (d *Daemon) Run(ctx context.Context) error {
 	m := newMetrics(d.node.Registry())
-	client, err := d.kubeClient()
-	if err != nil {
-		return err
+	client := d.client
+	if client == nil {
+		var err error
+		if client, err = kubeapi.NewClient(d.cfg.Kubeconfig, config.Name); err != nil {
+			return err
+		}
 	}
 	return d.node.Run(ctx, func(ctx context.Context, g gpunode.GPUs) error { return d.serve(ctx, client, g, m) })
 }
@@ -131,13 +127,7 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	fatal := make(chan error, 1)
 	drv, err := driver.New(d.cfg.NodeName, gpus.Node, gpus.Published, gpus.CDIName, gpus.Health, state,
 		driver.WithLogger(d.log), driver.WithMetrics(m), driver.WithHealthTiming(d.resend, d.lease),
-		driver.WithClaimLookup(func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
-			c, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return c, err
-		}),
+		driver.WithClaimLookup(kubeapi.Claims(client)),
 		driver.WithFatal(func(err error) {
 			select {
 			case fatal <- err:
@@ -163,12 +153,7 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	g, ctx := errgroup.WithContext(ctx)
-	if d.cfg.PodResourcesSocket != "" {
-		err = d.watchHeld(ctx, g, drv, gpus.Node.Devices)
-	} else {
-		d.log.Warn("--pod-resources-socket is empty: GPUs that device-plugin pods still hold are not tainted, so a claim may get one of them (a node moved to DRA under running pods)")
-	}
-	if err == nil {
+	if err = d.followHeld(ctx, g, drv, gpus); err == nil {
 		g.Go(func() error { return drv.Publish(ctx, helper) })
 		if d.cfg.HoldEndpoint {
 			g.Go(func() error {
@@ -183,119 +168,42 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	}
 	cancel()
 	helper.Stop()
-	d.releaseIfMovedAway(client)
+	nodemove.ReleaseIfMovedAway(kubeapi.Nodes{Client: client}, d.cfg.NodeName, d.cfg.OwnerLabel, d.log)
 	return errors.Join(err, g.Wait())
 }
 
-// releaseIfMovedAway deletes the node's ResourceSlices when nvinject-dra
-// stops because the node no longer selects it (--owner-label no longer
-// says dra). kubelet would wipe them only 30 s after the plugin is gone; a
-// claim allocated from them meanwhile leaves its pod stuck in
-// ContainerCreating, since no driver prepares it. A restart on a DRA node
-// keeps them, so claims can still be allocated while it restarts.
-func (d *Daemon) releaseIfMovedAway(client kubernetes.Interface) {
-	if d.cfg.OwnerLabel == "" {
-		return
+// followHeld taints the GPUs that pods given them by the device plugin
+// still hold (a node moved to DRA under them): the first ResourceSlice
+// already carries the taints, and a poll keeps them current until ctx
+// ends. While PodResources cannot be read every GPU is tainted (fail
+// closed).
+func (d *Daemon) followHeld(ctx context.Context, g *errgroup.Group, drv *driver.Driver, gpus gpunode.GPUs) error {
+	if d.cfg.PodResourcesSocket == "" {
+		d.log.Warn("--pod-resources-socket is empty: GPUs that device-plugin pods still hold are not tainted, so a claim may get one of them (a node moved to DRA under running pods)")
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	n, err := client.CoreV1().Nodes().Get(ctx, d.cfg.NodeName, metav1.GetOptions{})
-	if err != nil {
-		d.log.Warn("cannot read the Node to tell a move from a restart; leaving the ResourceSlices to kubelet", "node", d.cfg.NodeName, logging.Err(err))
-		return
-	}
-	if v := n.Labels[d.cfg.OwnerLabel]; v == contract.DRAModeDRA {
-		return
-	}
-	sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", d.cfg.NodeName), fields.OneTermEqualSelector("spec.driver", contract.DRADriver)).String()
-	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
-	if err == nil {
-		for _, rs := range list.Items {
-			if rs.Spec.Driver != contract.DRADriver || rs.Spec.NodeName == nil || *rs.Spec.NodeName != d.cfg.NodeName {
-				continue
-			}
-			if err = client.ResourceV1().ResourceSlices().Delete(ctx, rs.Name, metav1.DeleteOptions{}); apierrors.IsNotFound(err) {
-				err = nil
-			}
-			if err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		d.log.Warn("cannot delete the ResourceSlices of a node moved away from DRA; kubelet removes them within 30 s", "node", d.cfg.NodeName, logging.Err(err))
-		return
-	}
-	d.log.Info("node moved away from DRA: ResourceSlices deleted", "node", d.cfg.NodeName, "label", d.cfg.OwnerLabel+"="+n.Labels[d.cfg.OwnerLabel])
-}
-
-// watchHeld taints the GPUs pods given them by the device plugin still hold
-// (a node moved to DRA under them): the first ResourceSlice already
-// carries the taints, and a poll keeps them current until ctx ends. While
-// PodResources cannot be read every GPU is tainted (fail closed).
-func (d *Daemon) watchHeld(ctx context.Context, g *errgroup.Group, drv *driver.Driver, gpus []gpu.Device) error {
-	w, err := nodemove.Dial(d.cfg.PodResourcesSocket, nodemove.DevicePluginPods(d.cfg.ResourceName), gpus)
+	src := nodemove.DevicePluginPods(d.cfg.ResourceName)
+	w, err := nodemove.Dial(d.cfg.PodResourcesSocket, src, gpus.Node.Devices)
 	if err != nil {
 		return err
 	}
-	var first nodemove.Result
-	first.Holders, first.Err = w.Poll(ctx)
-	set := d.heldSetter(drv)
-	set(first)
-	g.Go(func() error {
-		defer w.Close()
-		w.Run(ctx, first, set)
-		return nil
-	})
-	return nil
-}
-
-// heldSetter passes each poll to the driver and logs when PodResources
-// turns unreadable or readable again.
-func (d *Daemon) heldSetter(drv *driver.Driver) func(nodemove.Result) {
-	failing := false
-	return func(r nodemove.Result) {
+	held := nodemove.NewSet(src, gpus.UUIDs(), d.log, func(_ []string, r nodemove.Result) {
 		if r.Err != nil {
-			d.log.Error("GPUs held by device-plugin pods unknown: every GPU is tainted until kubelet's PodResources can be read (fail closed)",
-				"taint", contract.DRAHeldTaintKey+"="+contract.DRAHeldTaintUnknown, logging.Err(r.Err))
-			failing = true
 			drv.SetHeldUnknown()
 			return
 		}
-		if failing {
-			d.log.Info("kubelet's PodResources readable again; only GPUs device-plugin pods hold stay tainted", "socket", d.cfg.PodResourcesSocket)
-			failing = false
-		}
-		held := make(map[string][]string, len(r.Holders))
+		byUUID := make(map[string][]string, len(r.Holders))
 		for u, hs := range r.Holders {
-			held[u] = nodemove.Strings(hs)
+			byUUID[u] = nodemove.Strings(hs)
 		}
-		drv.SetHeld(held)
+		drv.SetHeld(byUUID)
+	})
+	g.Go(func() error { w.Follow(ctx, held); return nil })
+	select {
+	case <-held.Read():
+	case <-ctx.Done():
 	}
-}
-
-func (d *Daemon) kubeClient() (kubernetes.Interface, error) {
-	if d.client != nil {
-		return d.client, nil
-	}
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if d.cfg.Kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", d.cfg.Kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("API server configuration (--kubeconfig=%s): %w; give a kubeconfig, or run in a pod with a service account (a node without kube-proxy: set KUBERNETES_SERVICE_HOST/PORT to the API server's address)", contract.Quote(d.cfg.Kubeconfig), err)
-	}
-	cfg.UserAgent = config.Name
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)
-	}
-	return c, nil
+	return nil
 }
 
 // registrationSeen is a gRPC interceptor on the helper's servers: kubelet's
