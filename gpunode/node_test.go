@@ -31,32 +31,19 @@ const nvmlSpec = "sim:a100-80gb*2"
 
 func simUUID(i int) string { return sim.UUID("a100-80gb", i) }
 
-var driverRoot string
+// roots are the simulated driver roots, one per node shape.
+var roots simtest.Roots
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if driverRoot != "" {
-		_ = os.RemoveAll(filepath.Dir(driverRoot))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(roots.Run(m)) }
 
 // config is the node's settings for a simulated node in a fresh directory,
 // as both daemons parse them.
 func config(t *testing.T, args ...string) nodeconfig.Config {
 	t.Helper()
-	if driverRoot == "" {
-		dir, err := os.MkdirTemp("", "gpunode-root")
-		if err != nil {
-			t.Fatal(err)
-		}
-		simtest.DriverRoot(t, nvmlSpec, dir)
-		driverRoot = filepath.Join(dir, "driver-root")
-	}
 	dir := t.TempDir()
 	cmd := cli.New("test", "[flags]", cli.WithOutput(io.Discard, io.Discard))
 	c := nodeconfig.Register(cmd, nodeconfig.Defaults{})
-	base := []string{"--nvml=" + nvmlSpec, "--driver-root=" + driverRoot, "--cdi-spec-dir=" + filepath.Join(dir, "cdi"),
+	base := []string{"--nvml=" + nvmlSpec, "--driver-root=" + roots.Get(t, nvmlSpec), "--cdi-spec-dir=" + filepath.Join(dir, "cdi"),
 		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-addr=", "--health-quiet-period=1ms", "--pod-resources-socket="}
 	if err := cmd.Parse(append(base, args...), nil); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ package nodeconfig
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -151,6 +153,9 @@ func (c *Config) Validate() []error {
 	}
 	return errs
 }
+
+// Logger builds the logger --log-format and --log-level ask for.
+func (c Config) Logger(stderr io.Writer) (*slog.Logger, error) { return c.Log.Logger(stderr) }
 
 // Attrs renders the settings for the effective configuration's log line.
 func (c Config) Attrs() []any {

@@ -40,29 +40,12 @@ type rig struct {
 	d       *Daemon
 }
 
-var driverRoots = map[string]string{}
+// roots are the simulated driver roots, one per node shape.
+var roots simtest.Roots
 
-// driverRoot writes a simulated driver root once per simulated node shape.
-func driverRoot(t testing.TB, nvml string) string {
-	if d, ok := driverRoots[nvml]; ok {
-		return d
-	}
-	dir, err := os.MkdirTemp("", "nvdp-root")
-	if err != nil {
-		t.Fatal(err)
-	}
-	simtest.DriverRoot(t, nvml, dir)
-	driverRoots[nvml] = filepath.Join(dir, "driver-root")
-	return driverRoots[nvml]
-}
+func driverRoot(t testing.TB, nvml string) string { return roots.Get(t, nvml) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, d := range driverRoots {
-		_ = os.RemoveAll(d)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(roots.Run(m)) }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 

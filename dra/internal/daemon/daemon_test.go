@@ -40,28 +40,12 @@ import (
 
 const nodeName = "node-a"
 
-var driverRoots = map[string]string{}
+// roots are the simulated driver roots, one per node shape.
+var roots simtest.Roots
 
-func driverRoot(t testing.TB, nvml string) string {
-	if d, ok := driverRoots[nvml]; ok {
-		return d
-	}
-	dir, err := os.MkdirTemp("", "nvdra-root")
-	if err != nil {
-		t.Fatal(err)
-	}
-	simtest.DriverRoot(t, nvml, dir)
-	driverRoots[nvml] = filepath.Join(dir, "driver-root")
-	return driverRoots[nvml]
-}
+func driverRoot(t testing.TB, nvml string) string { return roots.Get(t, nvml) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, d := range driverRoots {
-		_ = os.RemoveAll(filepath.Dir(d))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(roots.Run(m)) }
 
 // rig is nvinject-dra on a simulated node, with a fake API server and this
 // test playing kubelet over the real unix sockets.
