@@ -145,7 +145,8 @@ func (n *Node) Ready() error {
 	return n.ready()
 }
 
-// Tracker is the GPUs' health tracker, nil until the GPUs are published.
+// Tracker is the GPUs' health tracker, nil until the GPUs are published
+// (tests drive recovery through it).
 func (n *Node) Tracker() *health.Tracker { return n.tracker.Load() }
 
 // Run serves the metrics and health endpoints and the node until ctx ends

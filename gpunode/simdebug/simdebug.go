@@ -7,7 +7,8 @@
 //	POST /debug/sim/clear-faults?uuid=        ends the GPU's faults, as a GPU reset would
 //	POST /debug/sim/recover?uuid=             operator recovery of one GPU (asks NVML first)
 //
-// The daemon mounts them only when --nvml=sim:...; a real node has none.
+// The GPU node (gpunode.Node) mounts them only when --nvml=sim:...; a real
+// node has none.
 package simdebug
 
 import (
