@@ -31,6 +31,7 @@ include e2e/soak.mk
 
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
+	$(MODULE)/dra/cmd/... \
 	$(MODULE)/doctor/cmd/... \
 	$(MODULE)/nri/cmd/... \
 	$(MODULE)/deploy/cmd/... \
@@ -69,7 +70,7 @@ STATICCHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nvinject/staticcheck-$(STA
 $(STATICCHECK):
 	GOBIN=$(dir $@) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-GO_MODULES := shared cdi deviceplugin doctor nri deploy e2e
+GO_MODULES := shared cdi gpunode deviceplugin dra doctor nri deploy e2e
 
 .PHONY: lint
 lint: $(STATICCHECK) modcheck ## gofmt, go vet, staticcheck (pinned) and the module checks over the workspace
@@ -98,7 +99,7 @@ BENCHTIME ?= 2000x
 SLOW_BENCH := Freshness|Reconnect
 .PHONY: bench
 bench: ## Go benchmarks; each figure has an anchor measured in the same run
-	$(GO) test -run '^$$' -bench . -skip '$(SLOW_BENCH)' -benchtime $(BENCHTIME) $(MODULE)/shared/... $(MODULE)/cdi/... $(MODULE)/deviceplugin/... $(MODULE)/nri/...
+	$(GO) test -run '^$$' -bench . -skip '$(SLOW_BENCH)' -benchtime $(BENCHTIME) $(MODULE)/shared/... $(MODULE)/cdi/... $(MODULE)/gpunode/... $(MODULE)/deviceplugin/... $(MODULE)/dra/... $(MODULE)/nri/...
 	$(GO) test -run '^$$' -bench '$(SLOW_BENCH)' -benchtime 20x $(MODULE)/nri/...
 
 .PHONY: fuzz
@@ -109,7 +110,7 @@ fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/cdi/ldcache
 	$(GO) test -run '^$$' -fuzz FuzzResolve -fuzztime 15s $(MODULE)/shared/driverroot
 	$(GO) test -run '^$$' -fuzz FuzzContainerRoot -fuzztime 15s $(MODULE)/cdi/hook
-	$(GO) test -run '^$$' -fuzz FuzzDecodeCheckpoint -fuzztime 15s $(MODULE)/deviceplugin/internal/health
+	$(GO) test -run '^$$' -fuzz FuzzDecodeCheckpoint -fuzztime 15s $(MODULE)/gpunode/health
 
 .PHONY: set-version
 set-version: ## write VERSION into the Helm chart and the Kustomize image tags (make set-version VERSION=x.y.z)

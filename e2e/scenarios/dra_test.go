@@ -273,7 +273,7 @@ func TestDRA(t *testing.T) {
 	// from then on Kubernetes 1.37.2 failed every nvidia.com/gpu DRA
 	// container of a node that had run the device plugin, unless an endpoint
 	// for the resource stays registered (nvinject-dra's empty one;
-	// deviceplugin/DRA.md).
+	// dra/README.md).
 	t.Run("seed's nvidia.com/gpu pod after kubelet's endpoint grace", func(t *testing.T) {
 		// A fixed wait, the one in the suite: nothing observable marks the
 		// grace's end. kubelet logs nothing when it drops the endpoint

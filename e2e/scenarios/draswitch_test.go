@@ -39,7 +39,7 @@ type switchStep struct {
 // flip moving to DRA is bound on the device-plugin path, which allocatable
 // still offers, and refused (UnexpectedAdmissionError); moving back it is
 // recorded. Cordoned (the documented procedure): the pod created at the
-// flip waits and runs on the new owner's path. deviceplugin/DRA.md ("Deploy
+// flip waits and runs on the new owner's path. dra/README.md ("Deploy
 // and move a node") reports this; change both together.
 func TestDRASwitchPods(t *testing.T) {
 	d := need(t)
@@ -221,7 +221,7 @@ func switchWithPods(t *testing.T, ctx context.Context, d *simnode.Deployer, st s
 	// admitted or refused while the holder runs.
 	tCreated := r.podAtFlip(t, ctx, atFlip, "with a GPU pod running", 15*time.Second)
 	if flipState, _ := o.Latest(atFlip); flipState.Running() {
-		t.Errorf("%s: pod %s created at the flip runs on the %s path at %s, on %v, while %s holds the only GPU (deviceplugin/DRA.md)",
+		t.Errorf("%s: pod %s created at the flip runs on the %s path at %s, on %v, while %s holds the only GPU (dra/README.md)",
 			st.name, atFlip, flipState.Path, r.sec(firstRunning(o, atFlip)), containerGPUs(t, ctx, atFlip), holder)
 	}
 
@@ -307,9 +307,9 @@ func switchFree(t *testing.T, ctx context.Context, d *simnode.Deployer, st switc
 	// (allocatable is still 1; measured +0.08-0.26 s, allocatable drops at
 	// +0.8 s or later). Moving back where it goes depends on whether the
 	// scheduler saw nvinject-dra's slice before nvinject-dra deleted it:
-	// recorded, not asserted (deviceplugin/DRA.md).
+	// recorded, not asserted (dra/README.md).
 	if st.to == simnode.PathDRA && bound.Path != st.from {
-		t.Errorf("%s: pod %s created at the flip was bound on the %q path, want the old owner's %s (measured before; see deviceplugin/DRA.md)", st.name, atFlip, bound.Path, st.from)
+		t.Errorf("%s: pod %s created at the flip was bound on the %q path, want the old owner's %s (measured before; see dra/README.md)", st.name, atFlip, bound.Path, st.from)
 	}
 	deletePod(t, atFlip)
 	r.stop()
@@ -326,7 +326,7 @@ func switchFree(t *testing.T, ctx context.Context, d *simnode.Deployer, st switc
 	deletePod(t, next)
 }
 
-// switchCordoned is the way deviceplugin/DRA.md moves a node: cordon,
+// switchCordoned is the way dra/README.md moves a node: cordon,
 // relabel, wait until the new owner is Ready and allocatable has its new
 // value, uncordon. A pod created at the label change waits Pending and
 // runs on the new owner's path: nothing is refused, stuck or shared.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/nvinject/nvinject/cdi/simulation/simroot"
@@ -37,4 +38,45 @@ func DriverRoot(t testing.TB, value, dir string) gpu.Node {
 		t.Fatal(err)
 	}
 	return node
+}
+
+// Roots keeps one simulated driver root per node shape for one test
+// binary: writing a driver root is the slow part of a daemon's test.
+type Roots struct {
+	mu   sync.Mutex
+	dirs map[string]string
+}
+
+// Get returns the driver root of the simulated node value, writing it on
+// first use.
+func (r *Roots) Get(t testing.TB, value string) string {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d, ok := r.dirs[value]; ok {
+		return filepath.Join(d, "driver-root")
+	}
+	dir, err := os.MkdirTemp("", "simroot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	DriverRoot(t, value, dir)
+	if r.dirs == nil {
+		r.dirs = map[string]string{}
+	}
+	r.dirs[value] = dir
+	return filepath.Join(dir, "driver-root")
+}
+
+// Run runs the tests, then deletes the driver roots; TestMain calls it:
+// os.Exit(roots.Run(m)).
+func (r *Roots) Run(m *testing.M) int {
+	code := m.Run()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range r.dirs {
+		_ = os.RemoveAll(d)
+	}
+	r.dirs = nil
+	return code
 }

@@ -15,15 +15,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
-	"os/signal"
 	"slices"
 	"syscall"
 
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/daemon"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/cli"
-	"github.com/nvinject/nvinject/shared/logging"
 )
 
 const name = "nvinject-device-plugin"
@@ -32,30 +32,9 @@ func main() {
 	if slices.Equal(os.Args[1:], []string{"--recover"}) {
 		os.Exit(cli.Code(name, recoverPID1(os.Stdout), os.Stderr))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, hup)
-	signal.Stop(hup)
-	stop()
-	os.Exit(cli.Code(name, err, os.Stderr))
-}
-
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, hup <-chan os.Signal) error {
-	cfg, err := config.Load(args, getenv, stdout, stderr)
-	if err != nil {
-		return err
-	}
-	log, err := logging.New(stderr, cfg.LogFormat, cfg.LogLevel)
-	if err != nil {
-		return cli.UsageError{Err: err}
-	}
-	log.Info("effective configuration", cfg.Attrs()...)
-	if err := daemon.New(cfg, log, daemon.WithRecoverSignal(hup)).Run(ctx); err != nil {
-		log.Error(name+" failed", logging.Err(err))
-		return err
-	}
-	return nil
+	os.Exit(gpunode.Main(name, os.Args[1:], os.Getenv, config.Load, func(ctx context.Context, cfg config.Config, log *slog.Logger, node ...gpunode.Option) error {
+		return daemon.New(cfg, log, daemon.WithNode(node...)).Run(ctx)
+	}))
 }
 
 // recoverPID1 asks the plugin in this container (PID 1) to recover every GPU.

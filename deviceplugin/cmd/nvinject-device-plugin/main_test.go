@@ -19,6 +19,7 @@ import (
 
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode/nodemove/nodemovetest"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 
@@ -102,7 +103,7 @@ func TestBinaryOnSimulatedEightGPUNode(t *testing.T) {
 	simtest.DriverRoot(t, nvml, filepath.Join(dir, "sim"))
 	root := filepath.Join(dir, "sim", "driver-root")
 	k := kubelettest.Start(t, dir)
-	pr := kubelettest.StartPodResources(t, filepath.Join(dir, "pr.sock"))
+	pr := nodemovetest.Start(t, filepath.Join(dir, "pr.sock"))
 	selected := sim.UUID("a100-80gb", 6)
 	addr := freeAddr(t)
 	p := launch(t, []string{"NVIDIA_VISIBLE_DEVICES=" + selected, "MIG_STRATEGY=none", "DEVICE_LIST_STRATEGY=cdi-annotations,cdi-cri", "DEVICE_ID_STRATEGY=uuid", "NVINJECT_POD_RESOURCES_SOCKET=" + pr.Socket},

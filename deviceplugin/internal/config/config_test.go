@@ -3,7 +3,6 @@ package config
 import (
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,31 +25,24 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
+// The seed's DEVICE_*_STRATEGY names are read; the command line wins;
+// the GPU node's settings come with them (gpunode/nodeconfig).
 func TestLoadSeedEnvAndFlagPrecedence(t *testing.T) {
 	uuid := "GPU-4c8f1b0e-1a2b-5c3d-8e4f-0123456789ab"
 	e := env(map[string]string{
 		"NVIDIA_VISIBLE_DEVICES": uuid,
-		"MIG_STRATEGY":           "none",
-		"DEVICE_LIST_STRATEGY":   "cdi-annotations,cdi-cri",
+		"DEVICE_LIST_STRATEGY":   "nri",
 		"DEVICE_ID_STRATEGY":     "index",
-		"NVINJECT_NVML":          "sim:a100-80gb*8,driver=535.261.03",
-		"NVINJECT_HOOK_BINARY":   "/var/lib/nvinject/bin/nvinject-cdi-hook",
 	})
 	c, err := Load([]string{"--device-id-strategy=uuid"}, e, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.VisibleDevices != uuid || !slices.Equal(c.Selector.UUIDs, []string{uuid}) {
-		t.Errorf("selection from env: %q %+v", c.VisibleDevices, c.Selector)
+	if c.VisibleDevices != uuid || !slices.Equal(c.Strategies, []contract.Strategy{contract.StrategyNRI}) {
+		t.Errorf("from env: visible devices %q, strategies %v", c.VisibleDevices, c.Strategies)
 	}
 	if c.IDStrategy != IDUUID {
 		t.Errorf("flag should win over env: got %q", c.IDStrategy)
-	}
-	if c.NVML != "sim:a100-80gb*8,driver=535.261.03" {
-		t.Errorf("nvml = %q", c.NVML)
-	}
-	if c.HookBinary != "/var/lib/nvinject/bin/nvinject-cdi-hook" {
-		t.Errorf("hook binary from NVINJECT_HOOK_BINARY = %q", c.HookBinary)
 	}
 }
 
@@ -63,21 +55,12 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 		{env: map[string]string{"DEVICE_LIST_STRATEGY": "envvar"}, want: `"envvar" is not supported`},
 		{env: map[string]string{"DEVICE_LIST_STRATEGY": "cdi-cri,bogus"}, want: `"bogus" is not a strategy`},
 		{env: map[string]string{"DEVICE_ID_STRATEGY": "serial"}, want: `DEVICE_ID_STRATEGY="serial"`},
-		{env: map[string]string{"MIG_STRATEGY": "single"}, want: `MIG_STRATEGY="single"`},
-		{env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "gpu0"}, want: `"gpu0" is neither`},
-		{args: []string{"--nvml=cuda"}, want: `--nvml="cuda"`},
-		{args: []string{"--ignored-xids=13,x"}, want: `"x" is not an Xid`},
-		{args: []string{"--health-quiet-period=soon"}, want: `invalid value "soon" for flag -health-quiet-period`},
-		{args: []string{"--health-quiet-period=-1s"}, want: `--health-quiet-period=-1s is negative`},
-		{env: map[string]string{"NVINJECT_HEALTH_QUIET_PERIOD": "300"}, want: `NVINJECT_HEALTH_QUIET_PERIOD="300"`},
-		{args: []string{"--on-nvml-error=retry"}, want: `--on-nvml-error="retry"`},
-		{args: []string{"--resource-name=gpu"}, want: `--resource-name="gpu"`},
-		{args: []string{"--cdi-vendor=-x"}, want: `--cdi-vendor="-x"`},
 		{args: []string{"--plugin-socket=kubelet.sock"}, want: `--plugin-socket="kubelet.sock"`},
 		{args: []string{"--kubelet-dir=/" + strings.Repeat("d", 120)}, want: "unix sockets allow 107"},
 		{args: []string{"extra"}, want: "unexpected arguments"},
-		{args: []string{"--hook-binary=bin/nvinject-cdi-hook"}, want: `--hook-binary="bin/nvinject-cdi-hook" is not an absolute path`},
-		{env: map[string]string{"NVINJECT_POD_RESOURCES_SOCKET": "kubelet.sock"}, want: `--pod-resources-socket="kubelet.sock" is not an absolute path`},
+		// The GPU node's settings are checked with the plugin's own.
+		{args: []string{"--nvml=cuda", "--plugin-socket=a/b"}, want: `--nvml="cuda"`},
+		{args: []string{"--nvml=cuda", "--plugin-socket=a/b"}, want: `--plugin-socket="a/b"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -87,56 +70,4 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestPodResourcesSocket: on by default at kubelet's socket, set by flag or
-// NVINJECT_POD_RESOURCES_SOCKET, off only when given empty.
-func TestPodResourcesSocket(t *testing.T) {
-	for _, tt := range []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{want: "/var/lib/kubelet/pod-resources/kubelet.sock"},
-		{env: map[string]string{"NVINJECT_POD_RESOURCES_SOCKET": "/k/pr.sock"}, want: "/k/pr.sock"},
-		{args: []string{"--pod-resources-socket="}, env: map[string]string{"NVINJECT_POD_RESOURCES_SOCKET": "/k/pr.sock"}, want: ""},
-	} {
-		c, err := Load(tt.args, env(tt.env), io.Discard, io.Discard)
-		if err != nil || c.PodResourcesSocket != tt.want {
-			t.Errorf("Load(%v, %v): socket %q, %v; want %q", tt.args, tt.env, c.PodResourcesSocket, err, tt.want)
-		}
-	}
-}
-
-func TestParseXids(t *testing.T) {
-	for in, want := range map[string][]uint64{"": nil, "none": nil, "79": {79}, " 13, 31 ,13": {13, 31}} {
-		got, err := ParseXids(in)
-		if err != nil || !slices.Equal(got, want) {
-			t.Errorf("ParseXids(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-}
-
-func FuzzParseXids(f *testing.F) {
-	for _, s := range []string{DefaultIgnoredXids, "none", "", "79", "1,,2", "-1", "18446744073709551616"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, v string) {
-		got, err := ParseXids(v)
-		if err != nil {
-			return
-		}
-		again, err := ParseXids(joinXids(got))
-		if err != nil || !slices.Equal(again, got) {
-			t.Fatalf("round trip of %q: %v -> %v, %v", v, got, again, err)
-		}
-	})
-}
-
-func joinXids(xs []uint64) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = strconv.FormatUint(x, 10)
-	}
-	return strings.Join(parts, ",")
 }

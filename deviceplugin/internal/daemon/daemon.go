@@ -1,37 +1,29 @@
-// Package daemon wires the device plugin together: NVML (real or
-// simulated), GPU selection, the CDI spec, health, the GPUs DRA claims hold
-// (kubelet's PodResources), the DevicePlugin service, kubelet registration
-// and the metrics/health endpoints.
+// Package daemon wires the device plugin protocol onto the GPU node
+// (gpunode: NVML, selection, the one CDI spec, health, the metrics and
+// health endpoints): the device table, the GPUs DRA claims hold
+// (gpunode/nodemove), the DevicePlugin service and kubelet registration,
+// which waits for health monitoring.
 package daemon
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/deviceplugin/internal/allocate"
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/devices"
-	"github.com/nvinject/nvinject/deviceplugin/internal/health"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
 	"github.com/nvinject/nvinject/deviceplugin/internal/metrics"
 	"github.com/nvinject/nvinject/deviceplugin/internal/plugin"
-	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
-	"github.com/nvinject/nvinject/deviceplugin/internal/simdebug"
-	"github.com/nvinject/nvinject/deviceplugin/internal/withheld"
+	"github.com/nvinject/nvinject/gpunode"
+	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
-	"github.com/nvinject/nvinject/shared/gpu"
-	"github.com/nvinject/nvinject/shared/gpu/backend"
-	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 	"github.com/nvinject/nvinject/shared/httpserve"
 )
 
@@ -39,52 +31,56 @@ import (
 type Daemon struct {
 	cfg          config.Config
 	log          *slog.Logger
-	open         func(string, backend.Options) (*backend.Backend, error)
-	recover      <-chan os.Signal
 	poll         time.Duration
 	startTimeout time.Duration
-	nvmlRetry    time.Duration
+	nodeOpts     []gpunode.Option
+	id           devices.IDFunc
 
-	ready   *httpserve.Readiness
-	held    atomic.Pointer[withheld.Set]
-	tracker atomic.Pointer[health.Tracker]
-	sim     atomic.Pointer[backend.Backend]
+	node  *gpunode.Node
+	ready *httpserve.Readiness
+	held  atomic.Pointer[nodemove.Set]
 }
 
 // Option configures a Daemon.
 type Option func(*Daemon)
 
-// WithRecoverSignal asks NVML about every GPU, and clears the Xid and loss
-// marks of those it vouches for, on each receive (SIGHUP).
-func WithRecoverSignal(ch <-chan os.Signal) Option { return func(d *Daemon) { d.recover = ch } }
-
-// WithOpen replaces how NVML is opened (tests keep the simulated node).
-func WithOpen(f func(string, backend.Options) (*backend.Backend, error)) Option {
-	return func(d *Daemon) { d.open = f }
+// WithNode configures the GPU node under the plugin (gpunode.WithOpen,
+// WithRecoverSignal, WithNVMLRetry).
+func WithNode(opts ...gpunode.Option) Option {
+	return func(d *Daemon) { d.nodeOpts = append(d.nodeOpts, opts...) }
 }
 
-// WithTimings sets the registrar's fallback poll, how long registration
+// WithTimings sets the registrar's fallback poll and how long registration
 // waits for health monitoring to arm before it publishes every GPU
-// Unhealthy, and the NVML retry interval (tests shorten them).
-func WithTimings(poll, startTimeout, nvmlRetry time.Duration) Option {
-	return func(d *Daemon) { d.poll, d.startTimeout, d.nvmlRetry = poll, startTimeout, nvmlRetry }
+// Unhealthy (tests shorten them).
+func WithTimings(poll, startTimeout time.Duration) Option {
+	return func(d *Daemon) { d.poll, d.startTimeout = poll, startTimeout }
 }
-
-// checkpointFile is the health checkpoint's name in --state-dir.
-const checkpointFile = "health.json"
 
 // New returns a daemon for cfg.
 func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
-	d := &Daemon{cfg: cfg, log: log, ready: httpserve.NewReadiness("starting"), open: backend.Open, poll: time.Second, startTimeout: 10 * time.Second, nvmlRetry: 10 * time.Second}
+	d := &Daemon{cfg: cfg, log: log, ready: httpserve.NewReadiness("starting"), poll: time.Second, startTimeout: 10 * time.Second, id: devices.ByUUID}
 	for _, o := range opts {
 		o(d)
 	}
+	if cfg.IDStrategy == config.IDIndex {
+		d.id = devices.ByIndex
+	}
+	d.node = gpunode.New(cfg.Config, log, append([]gpunode.Option{
+		gpunode.WithReady(d.protocolReady),
+		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
+			Events: contract.MetricHealthEvents, Healthy: contract.MetricDeviceHealthy,
+			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy.", DeviceLabel: "device_id", DeviceID: d.id,
+		}),
+	}, d.nodeOpts...)...)
 	return d
 }
 
-// Ready is nil once the plugin is registered with kubelet and can tell
-// which GPUs DRA claims hold, else why not.
-func (d *Daemon) Ready() error {
+// Ready is nil once NVML is open, the plugin is registered with kubelet
+// and it can tell which GPUs DRA claims hold, else why not.
+func (d *Daemon) Ready() error { return d.node.Ready() }
+
+func (d *Daemon) protocolReady() error {
 	if err := d.ready.Ready(); err != nil {
 		return err
 	}
@@ -97,78 +93,20 @@ func (d *Daemon) Ready() error {
 }
 
 // Run runs until ctx ends. It returns an error when the plugin cannot
-// start: bad GPU selection, CDI spec failure, NVML missing with
-// --on-nvml-error=exit, or the metrics address taken. Every goroutine it
-// starts has ended when it returns, and NVML is closed only after the
-// health watch and everything else that uses it stopped.
+// start (gpunode.Node.Run says when). Every goroutine it starts has ended
+// when it returns, and NVML is closed only after the health watch and
+// everything else that uses it stopped.
 func (d *Daemon) Run(ctx context.Context) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg)
-	web := httpserve.New(d.cfg.MetricsAddr, reg, httpserve.WithLogger(d.log), httpserve.WithReady(d.Ready))
-	if d.cfg.NVML != backend.Real {
-		for pattern, h := range simdebug.Routes(d.late(), d.late()) {
-			web.Handle(pattern, h)
-		}
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return web.Run(ctx) })
-	g.Go(func() error { return d.serveNVML(ctx, m) })
-	return g.Wait()
+	m := metrics.New(d.node.Registry())
+	return d.node.Run(ctx, func(ctx context.Context, g gpunode.GPUs) error { return d.serve(ctx, g, m) })
 }
 
-// serveNVML opens NVML, publishes, and closes NVML once publishing ended.
-func (d *Daemon) serveNVML(ctx context.Context, m *metrics.Metrics) error {
-	b, err := d.openNVML(ctx)
-	if err != nil || b == nil {
-		return err
-	}
-	if b.Sim != nil {
-		d.sim.Store(b)
-	}
-	err = d.publish(ctx, b, m)
-	if cerr := b.Close(); cerr != nil {
-		d.log.Warn("closing NVML failed", "error", cerr)
-	}
-	return err
-}
-
-// publish discovers the GPUs, writes their CDI spec, and runs health
-// tracking, operator recovery, the PodResources poll and kubelet
-// registration until ctx ends or one of them fails; it returns after all
-// of them did.
-func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Metrics) error {
-	node, err := b.Discover(ctx)
-	if err != nil {
-		return fmt.Errorf("discover GPUs: %w", err)
-	}
-	published, skipped, err := gpuselect.Select(node.Devices, d.cfg.Selector, d.cfg.MIGStrategy)
-	if err != nil {
-		return err
-	}
-	for _, s := range skipped {
-		d.log.Warn("GPU not published", "uuid", s.Device.UUID, "reason", s.Reason)
-	}
-	if len(published) == 0 {
-		return fmt.Errorf("no GPU to publish: NVIDIA_VISIBLE_DEVICES=%q selects none of the node's %d GPUs; set it (ConfigMap key selected-gpu-uuid) to a GPU UUID, index or all", d.cfg.VisibleDevices, len(node.Devices))
-	}
-
-	gen := spec.New(spec.WithVendor(d.cfg.CDIVendor), spec.WithClass(d.cfg.CDIClass), spec.WithDriverRoot(d.cfg.DriverRoot), spec.WithHostDriverRoot(d.cfg.HostDriverRoot), spec.WithHookBinary(d.cfg.HookBinary))
-	s, err := gen.Generate(node, published)
-	if err != nil {
-		return fmt.Errorf("generate the CDI spec: %w", err)
-	}
-	path, changed, err := spec.Write(d.cfg.CDISpecDir, s)
-	if err != nil {
-		return fmt.Errorf("write the CDI spec: %w; check that --cdi-spec-dir is writable", err)
-	}
-	d.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(published))
-
-	idFn := devices.ByUUID
-	if d.cfg.IDStrategy == config.IDIndex {
-		idFn = devices.ByIndex
-	}
-	table, err := devices.New(node, published, idFn, gen.QualifiedName)
+// serve publishes the node's GPUs to kubelet: the PodResources poll and
+// kubelet registration run until ctx ends or one of them fails; it returns
+// after all of them did.
+func (d *Daemon) serve(ctx context.Context, gpus gpunode.GPUs, m *metrics.Metrics) error {
+	published := gpus.Published
+	table, err := devices.New(gpus.Node, published, d.id, gpus.CDIName)
 	if err != nil {
 		return err
 	}
@@ -177,49 +115,35 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 		return err
 	}
 	ids := make([]string, 0, len(published))
-	idOf := map[string]string{}
 	for _, e := range table.Entries() {
 		ids = append(ids, e.ID)
-		idOf[e.Device.UUID] = e.ID
 		d.log.Info("publishing GPU", "id", e.ID, "uuid", e.Device.UUID, "name", e.Device.Name, "numa", e.Device.NUMANode, "cdi_device", e.CDIName)
 	}
 	if err := resp.Check(ids); err != nil {
 		return err
 	}
 
-	opts := []health.Option{
-		health.WithLogger(d.log), health.WithIgnoredXids(d.cfg.IgnoredXids), health.WithQuietPeriod(d.cfg.QuietPeriod),
-		health.WithObserver(m.ObserveEvent),
-		health.WithOnChange(func(st []health.State) {
-			for _, s := range st {
-				if id, ok := idOf[s.UUID]; ok {
-					m.SetHealthy(s.UUID, id, s.Healthy)
-				}
-			}
-		}),
-	}
-	if d.cfg.StateDir != "" {
-		opts = append(opts, health.WithCheckpoint(filepath.Join(d.cfg.StateDir, checkpointFile)))
-	}
-	tracker := health.New(uuidsOf(published), opts...)
-	d.tracker.Store(tracker)
-
 	var (
 		svcOpts []plugin.Option
-		held    *withheld.Set
-		watcher *podheld.Watcher
+		follow  func(context.Context)
+		// firstHeld is closed once PodResources was first read; nil without it.
+		firstHeld <-chan struct{}
 	)
 	if d.cfg.PodResourcesSocket != "" {
-		if watcher, err = podheld.Dial(d.cfg.PodResourcesSocket, podheld.DRAClaims(contract.DRADriver), published); err != nil {
+		src := nodemove.DRAClaims(contract.DRADriver)
+		w, err := nodemove.Dial(d.cfg.PodResourcesSocket, src, published)
+		if err != nil {
 			return err
 		}
-		held = withheld.New(uuidsOf(published), withheld.WithLogger(d.log), withheld.WithOnChange(m.SetHeld))
+		held := nodemove.NewSet(src, gpus.UUIDs(), d.log, m.SetHeld)
 		d.held.Store(held)
 		svcOpts = append(svcOpts, plugin.WithWithheld(held))
+		follow = func(ctx context.Context) { w.Follow(ctx, held) }
+		firstHeld = held.Read()
 	} else {
 		d.log.Warn("--pod-resources-socket is empty: GPUs held by DRA pods are not protected; a device-plugin pod may get a GPU a DRA claim still uses (a node moved back from DRA under running pods)")
 	}
-	svc := plugin.New(table, tracker, resp, m, d.log, svcOpts...)
+	svc := plugin.New(table, gpus.Health, resp, m, d.log, svcOpts...)
 	registrar := kubelet.New(d.cfg.KubeletDir, d.cfg.PluginSocket, d.cfg.ResourceName, svc,
 		kubelet.WithLogger(d.log), kubelet.WithPoll(d.poll), kubelet.WithStopService(svc.Stop),
 		kubelet.WithOnRegister(func(err error) {
@@ -233,31 +157,20 @@ func (d *Daemon) publish(ctx context.Context, b *backend.Backend, m *metrics.Met
 		}))
 
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { tracker.Run(ctx, b); return nil })
-	g.Go(func() error { d.recoverOnSignal(ctx, tracker); return nil })
-	firstHeld := make(chan struct{})
-	if held == nil {
-		close(firstHeld)
-	} else {
-		g.Go(func() error {
-			defer watcher.Close()
-			var r podheld.Result
-			r.Holders, r.Err = watcher.Poll(ctx)
-			held.Update(r)
-			close(firstHeld)
-			watcher.Run(ctx, r, held.Update)
-			return nil
-		})
+	if follow != nil {
+		g.Go(func() error { follow(ctx); return nil })
 	}
 	g.Go(func() error {
-		if !d.awaitMonitoring(ctx, tracker) {
+		if !d.awaitMonitoring(ctx, gpus.Health) {
 			return nil
 		}
 		// kubelet's first list already withholds what DRA claims hold.
-		select {
-		case <-firstHeld:
-		case <-ctx.Done():
-			return nil
+		if firstHeld != nil {
+			select {
+			case <-firstHeld:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 		d.ready.SetNotReady("not registered with kubelet yet (waiting for " + d.cfg.KubeletSocket() + ")")
 		return registrar.Run(ctx)
@@ -285,53 +198,6 @@ func (d *Daemon) awaitMonitoring(ctx context.Context, t *health.Tracker) bool {
 	}
 }
 
-func uuidsOf(devs []gpu.Device) []string {
-	out := make([]string, len(devs))
-	for i, dv := range devs {
-		out[i] = dv.UUID
-	}
-	return out
-}
-
 func (d *Daemon) responder() (*allocate.Responder, error) {
 	return allocate.New(d.cfg.AnnotationPrefix, d.cfg.Strategies...)
 }
-
-// openNVML opens the backend; on failure it exits or waits as configured.
-// A nil backend with a nil error means ctx ended while waiting.
-func (d *Daemon) openNVML(ctx context.Context) (*backend.Backend, error) {
-	for {
-		b, err := d.open(d.cfg.NVML, backend.Options{DriverRoot: d.cfg.DriverRoot})
-		if err == nil {
-			return b, nil
-		}
-		err = fmt.Errorf("cannot open NVML (--nvml=%s): %w", d.cfg.NVML, err)
-		if d.cfg.OnNVMLError == config.OnNVMLErrorExit {
-			return nil, err
-		}
-		d.ready.SetNotReady(err.Error())
-		d.log.Error("NVML unavailable; no GPUs published, retrying (set --on-nvml-error=exit to fail instead)", "error", err, "retry_in", d.nvmlRetry)
-		select {
-		case <-ctx.Done():
-			return nil, nil
-		case <-time.After(d.nvmlRetry):
-		}
-	}
-}
-
-func (d *Daemon) recoverOnSignal(ctx context.Context, t *health.Tracker) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.recover:
-			d.log.Info("operator recovery: asking NVML about every GPU before clearing its Xid and loss marks")
-			if err := t.RecoverAll(ctx); err != nil && ctx.Err() == nil {
-				d.log.Warn("operator recovery: NVML does not vouch for some GPUs; they stay Unhealthy", "error", err)
-			}
-		}
-	}
-}
-
-// late serves the sim-only endpoints before the node and tracker are open.
-func (d *Daemon) late() simdebug.Late { return simdebug.Late{Node: &d.sim, Tracker: &d.tracker} }

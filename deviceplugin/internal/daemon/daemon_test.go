@@ -21,6 +21,7 @@ import (
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
@@ -39,29 +40,12 @@ type rig struct {
 	d       *Daemon
 }
 
-var driverRoots = map[string]string{}
+// roots are the simulated driver roots, one per node shape.
+var roots simtest.Roots
 
-// driverRoot writes a simulated driver root once per simulated node shape.
-func driverRoot(t testing.TB, nvml string) string {
-	if d, ok := driverRoots[nvml]; ok {
-		return d
-	}
-	dir, err := os.MkdirTemp("", "nvdp-root")
-	if err != nil {
-		t.Fatal(err)
-	}
-	simtest.DriverRoot(t, nvml, dir)
-	driverRoots[nvml] = filepath.Join(dir, "driver-root")
-	return driverRoots[nvml]
-}
+func driverRoot(t testing.TB, nvml string) string { return roots.Get(t, nvml) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, d := range driverRoots {
-		_ = os.RemoveAll(d)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(roots.Run(m)) }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -92,7 +76,7 @@ func (r *rig) run(t testing.TB, opts ...Option) {
 		}
 		return b, err
 	}
-	opts = append([]Option{WithOpen(open), WithTimings(10*time.Millisecond, 10*time.Second, 10*time.Millisecond)}, opts...)
+	opts = append([]Option{WithNode(gpunode.WithOpen(open), gpunode.WithNVMLRetry(10*time.Millisecond)), WithTimings(10*time.Millisecond, 10*time.Second)}, opts...)
 	d := New(r.cfg, quietLog(), opts...)
 	r.d = d
 	ctx, cancel := context.WithCancel(context.Background())
@@ -194,7 +178,7 @@ func TestXidUpdatesListAndWatchAndIgnoredXidDoesNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Operator recovery (the sim endpoint's and SIGHUP's path).
-	if err := r.d.late().Recover(context.Background(), simUUID(1)); err != nil {
+	if err := r.d.node.Tracker().Recover(context.Background(), simUUID(1)); err != nil {
 		t.Fatal(err)
 	}
 	if h := healthOf(next()); h[simUUID(1)] != pluginapi.Healthy || h[simUUID(0)] != pluginapi.Healthy {

@@ -8,6 +8,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
@@ -15,14 +16,14 @@ import (
 // openWithFault opens the simulated node with fault f already on GPU i,
 // as a node that comes up with a bad GPU.
 func (r *rig) openWithFault(i int, f sim.Fault) Option {
-	return WithOpen(func(v string, o backend.Options) (*backend.Backend, error) {
+	return WithNode(gpunode.WithOpen(func(v string, o backend.Options) (*backend.Backend, error) {
 		b, err := backend.Open(v, o)
 		if err != nil {
 			return nil, err
 		}
 		r.sim = b.Sim
 		return b, b.Sim.InjectFault(simUUID(i), f)
-	})
+	}))
 }
 
 // The plugin registers only once health monitoring runs, so kubelet's very
@@ -59,7 +60,7 @@ func TestXid79StaysUnhealthyAcrossRestarts(t *testing.T) {
 			t.Fatalf("first list after restart %d = %v; want GPU 0 still Unhealthy", restart+1, h)
 		}
 	}
-	rec := r.d.late()
+	rec := r.d.node.Tracker()
 	if err := r.sim.InjectFault(simUUID(0), sim.FaultLost); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestQuietPeriodWaitsForNVML(t *testing.T) {
 	}
 	untilHealth(t, next, simUUID(0), pluginapi.Unhealthy)
 	time.Sleep(150 * time.Millisecond) // several quiet periods
-	st := r.d.tracker.Load().States()
+	st := r.d.node.Tracker().States()
 	if st[0].Healthy || !strings.Contains(st[0].Reason, "retired pages are pending") {
 		t.Fatalf("after the quiet period with pages pending: %+v; want Unhealthy, saying why", st)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
@@ -74,7 +75,7 @@ func BenchmarkStartToFirstHealthyList(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d := New(cfg, quietLog(), WithOpen(open))
+		d := New(cfg, quietLog(), WithNode(gpunode.WithOpen(open)))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		t0 := time.Now()

@@ -14,6 +14,7 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode/nodemove/nodemovetest"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -55,7 +56,7 @@ func TestDRAClaimWithholdsGPU(t *testing.T) {
 		{"index", func(i int) string { return []string{"0", "1"}[i] }},
 	} {
 		t.Run(tt.strategy, func(t *testing.T) {
-			pr := kubelettest.StartPodResources(t, filepath.Join(kubelettest.Dir(t), "pr.sock"))
+			pr := nodemovetest.Start(t, filepath.Join(kubelettest.Dir(t), "pr.sock"))
 			pr.Set(claimPod("vllm", "vllm-gpu-x7", "gpu-1"))
 			r := start(t, "sim:a100-80gb*2", "--device-id-strategy="+tt.strategy, "--pod-resources-socket="+pr.Socket)
 			next := r.watch(t)
@@ -80,7 +81,7 @@ func TestDRAClaimWithholdsGPU(t *testing.T) {
 // TestHeldAndXid: a held GPU that got an Xid meanwhile stays Unhealthy
 // when the claim's pod ends.
 func TestHeldAndXid(t *testing.T) {
-	pr := kubelettest.StartPodResources(t, filepath.Join(kubelettest.Dir(t), "pr.sock"))
+	pr := nodemovetest.Start(t, filepath.Join(kubelettest.Dir(t), "pr.sock"))
 	pr.Set(claimPod("vllm", "vllm-gpu-x7", "gpu-1"))
 	r := start(t, "sim:a100-80gb*2", "--pod-resources-socket="+pr.Socket)
 	next := r.watch(t)
@@ -88,7 +89,7 @@ func TestHeldAndXid(t *testing.T) {
 	if err := r.sim.InjectXid(simUUID(1), 79); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); r.d.tracker.Load().Healthy(simUUID(1)); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); r.d.node.Tracker().Healthy(simUUID(1)); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the tracker never saw Xid 79")
 		}
@@ -119,7 +120,7 @@ func TestPodResourcesDownWithholdsAll(t *testing.T) {
 	if err := allocateOne(r, simUUID(0)); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "PodResources") {
 		t.Errorf("Allocate while PodResources is down = %v; want a refusal saying why", err)
 	}
-	pr := kubelettest.StartPodResources(t, sock)
+	pr := nodemovetest.Start(t, sock)
 	untilHealths(t, next, up)
 	untilReady(t, r.d, "PodResources answers again")
 	pr.Fail(status.Error(codes.Unavailable, "kubelet restarting"))

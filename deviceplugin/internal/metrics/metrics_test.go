@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/podheld"
+	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -40,15 +40,15 @@ func TestSetHeld(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
 	uuids := []string{"GPU-a", "GPU-b"}
-	m.SetHeld(uuids, podheld.Result{Holders: podheld.Holders{"GPU-b": {{Pod: "default/vllm", Container: "main", Claim: "default/vllm-gpu"}, {Pod: "default/vllm", Container: "side", Claim: "default/vllm-gpu"}}}})
+	m.SetHeld(uuids, nodemove.Result{Holders: nodemove.Holders{"GPU-b": {{Pod: "default/vllm", Container: "main", Claim: "default/vllm-gpu"}, {Pod: "default/vllm", Container: "side", Claim: "default/vllm-gpu"}}}})
 	if got, want := held(t, reg), map[string]float64{"GPU-b dra-claim default/vllm default/vllm-gpu": 1}; !maps.Equal(got, want) {
 		t.Errorf("held by a claim: %v, want %v", got, want)
 	}
-	m.SetHeld(uuids, podheld.Result{Err: errors.New("connection refused")})
+	m.SetHeld(uuids, nodemove.Result{Err: errors.New("connection refused")})
 	if got, want := held(t, reg), map[string]float64{"GPU-a unknown  ": 1, "GPU-b unknown  ": 1}; !maps.Equal(got, want) {
 		t.Errorf("PodResources unreadable: %v, want %v", got, want)
 	}
-	m.SetHeld(uuids, podheld.Result{Holders: podheld.Holders{}})
+	m.SetHeld(uuids, nodemove.Result{Holders: nodemove.Holders{}})
 	if got := held(t, reg); len(got) != 0 {
 		t.Errorf("nothing held: %v", got)
 	}

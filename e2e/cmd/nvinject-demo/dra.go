@@ -62,7 +62,7 @@ func (draDriver) capacity(c, a int64) string {
 	why := fmt.Sprintf("allocatable %d: nvinject-dra offers the GPU as a ResourceSlice device, not as a node resource; the scheduler satisfies %s through DeviceClass %s only on nodes whose allocatable %s is 0",
 		a, contract.ResourceName, contract.DRADriver, contract.ResourceName)
 	if c == 0 {
-		return why + "; capacity 0: nvinject-dra's empty device-plugin endpoint for " + contract.ResourceName + " replaced the device plugin's (deviceplugin/DRA.md)"
+		return why + "; capacity 0: nvinject-dra's empty device-plugin endpoint for " + contract.ResourceName + " replaced the device plugin's (dra/README.md)"
 	}
 	return why + fmt.Sprintf("; capacity %d is the stopped device plugin's, which kubelet keeps for its endpoint grace period (5 min) unless another endpoint registers the resource", c)
 }

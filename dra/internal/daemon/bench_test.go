@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+func percentiles(b *testing.B, d []time.Duration) {
+	slices.Sort(d)
+	at := func(p float64) float64 { return float64(d[int(p*float64(len(d)-1))].Nanoseconds()) / 1e3 }
+	b.ReportMetric(at(0.50), "p50-µs")
+	b.ReportMetric(at(0.99), "p99-µs")
+}
+
+// BenchmarkAnchorGetInfoOverSocket is the anchor for the prepare figure:
+// the registrar's GetInfo, an RPC that does no work, through the same
+// kubeletplugin gRPC stack over a unix socket.
+func BenchmarkAnchorGetInfoOverSocket(b *testing.B) {
+	r := newRig(b, "sim:a100-80gb*8")
+	reg := registerapi.NewRegistrationClient(dial(b, filepath.Join(r.cfg.RegistrarDir, contract.DRADriver+"-reg.sock")))
+	var lat []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := reg.GetInfo(context.Background(), &registerapi.InfoRequest{}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	percentiles(b, lat)
+}
+
+// BenchmarkNodePrepareResources is kubelet's NodePrepareResources of one
+// new one-GPU claim over dra.sock: the helper's claim read (from an
+// in-process fake API server, so no network round trip), the checks, and
+// the checkpoint written with fsync. Each claim is unprepared untimed.
+func BenchmarkNodePrepareResources(b *testing.B) {
+	r := newRig(b, "sim:a100-80gb*8")
+	r.register(b)
+	c := r.dra(b)
+	claim := r.claim(b, "bench", "uid-bench", "gpu-3")
+	req := &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{claim}}
+	un := &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{claim}}
+	var lat []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		resp, err := c.NodePrepareResources(context.Background(), req)
+		lat = append(lat, time.Since(t0))
+		if err != nil || resp.Claims["uid-bench"].GetError() != "" {
+			b.Fatalf("prepare: %v %v", resp, err)
+		}
+		if _, err := c.NodeUnprepareResources(context.Background(), un); err != nil {
+			b.Fatal(err)
+		}
+	}
+	percentiles(b, lat)
+}

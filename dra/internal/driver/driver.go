@@ -1,0 +1,171 @@
+// Package driver is nvinject's DRA driver logic behind the kubeletplugin
+// helper: the ResourceSlice devices (one per selected GPU, with taints
+// while Unhealthy), NodePrepareResources/NodeUnprepareResources answered
+// with the shared CDI spec's device names and checkpointed, and the
+// KEP-4680 health stream. It owns no sockets and no API client: the daemon
+// wires it to kubeletplugin.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/nvinject/nvinject/dra/internal/checkpoint"
+	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu"
+)
+
+// Health is the GPUs' health as the tracker keeps it; *health.Tracker
+// satisfies it.
+type Health interface {
+	States() []health.State
+	Subscribe() (<-chan struct{}, func())
+}
+
+// Metrics counts what the driver does (NopMetrics is the default).
+type Metrics interface {
+	Prepared(result string)
+	Unprepared(result string)
+	SetPreparedClaims(n int)
+	HealthStream(delta int)
+	BackgroundError()
+}
+
+// NopMetrics records nothing.
+type NopMetrics struct{}
+
+func (NopMetrics) Prepared(string)       {}
+func (NopMetrics) Unprepared(string)     {}
+func (NopMetrics) SetPreparedClaims(int) {}
+func (NopMetrics) HealthStream(int)      {}
+func (NopMetrics) BackgroundError()      {}
+
+// Device is one published GPU.
+type Device struct {
+	gpu.Device
+	// Name is the device's name in the ResourceSlice (gpu-<index>).
+	Name string
+	// CDIName is the GPU's device in the shared CDI spec (nvidia.com/gpu=<uuid>).
+	CDIName string
+}
+
+// DeviceName is a GPU's name in the ResourceSlice.
+func DeviceName(d gpu.Device) string { return contract.DRADeviceName(d.Index) }
+
+// Driver answers the kubelet plugin calls for one node.
+type Driver struct {
+	driver      string
+	pool        string
+	node        gpu.Node
+	devices     []Device
+	byName      map[string]Device
+	health      Health
+	state       *checkpoint.Store
+	log         *slog.Logger
+	metrics     Metrics
+	resend      time.Duration
+	healthLease time.Duration
+	fatal       func(error)
+	lookup      ClaimLookup
+
+	// unhealthySince keeps each Unhealthy GPU's first Unhealthy time, so a
+	// republished taint keeps its timeAdded.
+	mu             sync.Mutex
+	unhealthySince map[string]time.Time
+	// held are the GPUs device-plugin pods still hold (SetHeld), or every
+	// GPU while that is unknown (SetHeldUnknown), with the taint's value.
+	held      map[string]heldTaint
+	republish chan struct{}
+}
+
+// heldTaint is one GPU's held taint: its value and when it was set.
+type heldTaint struct {
+	value string
+	since time.Time
+}
+
+// Option configures a Driver.
+type Option func(*Driver)
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(d *Driver) { d.log = l } }
+
+// WithMetrics sets the metrics sink.
+func WithMetrics(m Metrics) Option { return func(d *Driver) { d.metrics = m } }
+
+// WithHealthTiming sets how often the health stream re-sends an unchanged
+// report and the timeout after which kubelet reports a device Unknown
+// without one (default 10s and 30s).
+func WithHealthTiming(resend, lease time.Duration) Option {
+	return func(d *Driver) { d.resend, d.healthLease = resend, lease }
+}
+
+// ClaimLookup reads a ResourceClaim from the API server: nil, nil when it
+// does not exist.
+type ClaimLookup func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
+
+// WithClaimLookup lets prepare tell a GPU still prepared for a deleted or
+// deallocated claim (kubelet unprepares it later) from one held by a live
+// claim.
+func WithClaimLookup(f ClaimLookup) Option { return func(d *Driver) { d.lookup = f } }
+
+// WithFatal is called with background errors the driver cannot recover
+// from (the daemon cancels its context).
+func WithFatal(f func(error)) Option { return func(d *Driver) { d.fatal = f } }
+
+// New returns the driver for node's selected GPUs; cdiName maps a GPU UUID
+// to its device name in the shared CDI spec. pool is the node name.
+func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid string) string, h Health, state *checkpoint.Store, opts ...Option) (*Driver, error) {
+	if pool == "" {
+		return nil, errors.New("the DRA driver needs the node name (--node-name, env NODE_NAME from the downward API)")
+	}
+	if len(selected) == 0 {
+		return nil, errors.New("no GPU to publish; check the GPU selection (NVIDIA_VISIBLE_DEVICES, ConfigMap key selected-gpu-uuid)")
+	}
+	d := &Driver{
+		driver: contract.DRADriver, pool: pool, node: node, byName: map[string]Device{},
+		health: h, state: state, log: slog.Default(), metrics: NopMetrics{},
+		resend: 10 * time.Second, healthLease: 30 * time.Second, fatal: func(error) {},
+		unhealthySince: map[string]time.Time{}, held: map[string]heldTaint{}, republish: make(chan struct{}, 1),
+	}
+	for _, o := range opts {
+		o(d)
+	}
+	for _, g := range selected {
+		dev := Device{Device: g, Name: DeviceName(g), CDIName: cdiName(g.UUID)}
+		if _, dup := d.byName[dev.Name]; dup {
+			return nil, fmt.Errorf("GPU %s and another GPU both have index %d; each published GPU needs its own index", g.UUID, g.Index)
+		}
+		d.byName[dev.Name] = dev
+		d.devices = append(d.devices, dev)
+	}
+	d.metrics.SetPreparedClaims(state.Len())
+	return d, nil
+}
+
+// Devices are the published GPUs in publication order.
+func (d *Driver) Devices() []Device { return d.devices }
+
+// Pool is the ResourceSlice pool (the node name).
+func (d *Driver) Pool() string { return d.pool }
+
+// HandleError is the helper's report of a background failure (publishing
+// ResourceSlices, the gRPC servers). Recoverable errors are logged; others
+// end the driver.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	d.metrics.BackgroundError()
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.log.ErrorContext(ctx, msg, "error", err)
+		return
+	}
+	d.log.ErrorContext(ctx, msg+"; stopping", "error", err)
+	d.fatal(fmt.Errorf("%s: %w", msg, err))
+}

@@ -1,0 +1,173 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/nvinject/nvinject/dra/internal/checkpoint"
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// PrepareResourceClaims answers NodePrepareResources: each claim's devices
+// of this driver become the GPUs' names in the shared CDI spec. A claim
+// prepared before (by this process or an earlier one) gets the
+// checkpointed answer again; a new one is checked (this node's pool, a
+// published GPU, Healthy, not held by another claim) and checkpointed
+// before the answer leaves.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		res, err := d.prepare(ctx, c)
+		if err != nil {
+			d.metrics.Prepared("error")
+			d.log.WarnContext(ctx, "claim not prepared", "claim", c.Namespace+"/"+c.Name, "claim_uid", string(c.UID), "error", err)
+			out[c.UID] = kubeletplugin.PrepareResult{Err: contract.Bound(err)}
+			continue
+		}
+		d.metrics.Prepared("ok")
+		out[c.UID] = res
+	}
+	d.metrics.SetPreparedClaims(d.state.Len())
+	return out, nil
+}
+
+func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
+	name := c.Namespace + "/" + c.Name
+	if cp, ok := d.state.Get(string(c.UID)); ok {
+		return resultOf(cp), nil
+	}
+	if c.Status.Allocation == nil {
+		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s is not allocated; the scheduler allocates it before the pod reaches the node", name)
+	}
+	held := d.heldBy()
+	healthy := map[string]string{}
+	for _, s := range d.health.States() {
+		healthy[s.UUID] = s.Reason
+	}
+	cp := checkpoint.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver != d.driver {
+			continue
+		}
+		if r.Pool != d.pool {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: device %s is from pool %s, not this node's pool %s; the claim was allocated for another node", name, contract.Quote(r.Device), contract.Quote(r.Pool), d.pool)
+		}
+		dev, ok := d.byName[r.Device]
+		if !ok {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: device %s is not published on this node (published: %s); the ResourceSlice changed after allocation: delete the pod so the claim is allocated again", name, contract.Quote(r.Device), contract.List(d.names()))
+		}
+		admin := r.AdminAccess != nil && *r.AdminAccess
+		if other, busy := held[dev.Name]; busy && !admin {
+			live, err := d.claimLive(ctx, other, dev.Name)
+			if err != nil {
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is still prepared for ResourceClaim %s and its state is unknown: %w", name, dev.Name, dev.UUID, other, err)
+			}
+			if live {
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is already prepared for ResourceClaim %s; one GPU serves one claim: delete one of the pods", name, dev.Name, dev.UUID, other)
+			}
+			d.log.Info("GPU still prepared for a claim that no longer holds it (kubelet unprepares it later)", "claim", name, "stale_claim", other.String(), "device", dev.Name)
+		}
+		if reason := healthy[dev.UUID]; reason != "" {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is Unhealthy (%s); the claim was allocated before its taint: delete the pod so the claim gets a healthy GPU", name, dev.Name, dev.UUID, reason)
+		}
+		cp.Devices = append(cp.Devices, checkpoint.Device{
+			Requests: []string{r.Request}, Pool: r.Pool, Device: dev.Name, UUID: dev.UUID,
+			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin,
+		})
+	}
+	if err := d.state.Put(cp); err != nil {
+		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
+	}
+	d.log.Info("claim prepared", "claim", name, "claim_uid", cp.UID, "devices", deviceNames(cp))
+	return resultOf(cp), nil
+}
+
+// heldBy maps each GPU held exclusively by a prepared claim to that claim.
+func (d *Driver) heldBy() map[string]checkpoint.Claim {
+	out := map[string]checkpoint.Claim{}
+	for _, c := range d.state.All() {
+		for _, dev := range c.Devices {
+			if !dev.AdminAccess {
+				out[dev.Device] = c
+			}
+		}
+	}
+	return out
+}
+
+// claimLive reports whether prepared claim c still holds device in the API:
+// allocated to it and reserved for a pod. A deleted pod's claim is released
+// (and the GPU allocated anew) before kubelet unprepares it. Without a ClaimLookup every prepared
+// claim counts as live.
+func (d *Driver) claimLive(ctx context.Context, c checkpoint.Claim, device string) (bool, error) {
+	if d.lookup == nil {
+		return true, nil
+	}
+	got, err := d.lookup(ctx, c.Namespace, c.Name)
+	if err != nil || got == nil {
+		return got != nil, err
+	}
+	if string(got.UID) != c.UID || got.DeletionTimestamp != nil || got.Status.Allocation == nil || len(got.Status.ReservedFor) == 0 {
+		return false, nil
+	}
+	for _, r := range got.Status.Allocation.Devices.Results {
+		if r.Driver == d.driver && r.Pool == d.pool && r.Device == device {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (d *Driver) names() []string {
+	out := make([]string, len(d.devices))
+	for i, g := range d.devices {
+		out[i] = g.Name
+	}
+	return out
+}
+
+func deviceNames(c checkpoint.Claim) []string {
+	out := make([]string, len(c.Devices))
+	for i, dev := range c.Devices {
+		out[i] = dev.Device + "=" + dev.UUID
+	}
+	return out
+}
+
+func resultOf(c checkpoint.Claim) kubeletplugin.PrepareResult {
+	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
+	for _, dev := range c.Devices {
+		res.Devices = append(res.Devices, kubeletplugin.Device{
+			Requests: dev.Requests, PoolName: dev.Pool, DeviceName: dev.Device, CDIDeviceIDs: dev.CDIDeviceIDs,
+		})
+	}
+	return res
+}
+
+// UnprepareResourceClaims answers NodeUnprepareResources: it forgets the
+// claims. A claim that is not prepared (already unprepared, or never
+// prepared here) is not an error.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		had, err := d.state.Delete(string(c.UID))
+		switch {
+		case err != nil:
+			d.metrics.Unprepared("error")
+			out[c.UID] = fmt.Errorf("ResourceClaim %s: %w", c.NamespacedName.String(), err)
+		case had:
+			d.metrics.Unprepared("ok")
+			d.log.InfoContext(ctx, "claim unprepared", "claim", c.NamespacedName.String(), "claim_uid", string(c.UID))
+			out[c.UID] = nil
+		default:
+			d.metrics.Unprepared("not-prepared")
+			out[c.UID] = nil
+		}
+	}
+	d.metrics.SetPreparedClaims(d.state.Len())
+	return out, nil
+}

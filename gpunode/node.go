@@ -1,0 +1,301 @@
+// Package gpunode is the GPU node both kubelet plugins serve, and its one
+// lifecycle: the metrics and health endpoints (with the simulation's fault
+// routes under --nvml=sim:...), NVML opened with the one retry policy, the
+// GPUs discovered and selected, the node's one CDI spec written, their
+// health tracked with its checkpoint and recovered on SIGHUP. The plugin's
+// own protocol then runs over the GPUs (Serve), and NVML is closed only
+// after the health watch and the protocol have returned.
+package gpunode
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/nodeconfig"
+	"github.com/nvinject/nvinject/gpunode/simdebug"
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/gpu/backend"
+	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
+	"github.com/nvinject/nvinject/shared/httpserve"
+	"github.com/nvinject/nvinject/shared/logging"
+)
+
+// OpenFunc opens NVML: backend.Open, or a test's simulated node.
+type OpenFunc func(nvml string, o backend.Options) (*backend.Backend, error)
+
+// GPUs is what the node hands a plugin's protocol.
+type GPUs struct {
+	Node gpu.Node
+	// Published are the selected GPUs, in publication order.
+	Published []gpu.Device
+	// CDIName maps a GPU UUID to its device in the node's CDI spec.
+	CDIName func(uuid string) string
+	Health  *health.Tracker
+}
+
+// UUIDs are the published GPUs' UUIDs, in publication order.
+func (g GPUs) UUIDs() []string {
+	out := make([]string, len(g.Published))
+	for i, d := range g.Published {
+		out[i] = d.UUID
+	}
+	return out
+}
+
+// Serve is a plugin's protocol over the node's GPUs. It runs until ctx
+// ends and returns once everything it started has; an error ends the node.
+type Serve func(ctx context.Context, g GPUs) error
+
+// HealthMetrics names the health collectors the node keeps for the plugin:
+// the same series under each plugin's own names.
+type HealthMetrics struct {
+	// Events counts NVML health events by kind, xid and ignored.
+	Events string
+	// Healthy is 1 per Healthy GPU, 0 per Unhealthy one, by uuid and
+	// DeviceLabel (the GPU's name in the plugin's protocol, DeviceID).
+	Healthy     string
+	HealthyHelp string
+	DeviceLabel string
+	DeviceID    func(gpu.Device) string
+}
+
+// Node is one plugin process's GPU node.
+type Node struct {
+	cfg       nodeconfig.Config
+	log       *slog.Logger
+	open      OpenFunc
+	recover   <-chan os.Signal
+	nvmlRetry time.Duration
+	ready     func() error
+	names     HealthMetrics
+
+	reg     *prometheus.Registry
+	events  *prometheus.CounterVec
+	healthy *prometheus.GaugeVec
+	// state is why the node is not ready: NVML not open yet, or failing.
+	state   *httpserve.Readiness
+	tracker atomic.Pointer[health.Tracker]
+	sim     atomic.Pointer[backend.Backend]
+}
+
+// Option configures a Node.
+type Option func(*Node)
+
+// WithOpen replaces how NVML is opened (tests keep the simulated node).
+func WithOpen(f OpenFunc) Option { return func(n *Node) { n.open = f } }
+
+// WithRecoverSignal asks NVML about every GPU, and clears the Xid and loss
+// marks of those it vouches for, on each receive (SIGHUP).
+func WithRecoverSignal(ch <-chan os.Signal) Option { return func(n *Node) { n.recover = ch } }
+
+// WithNVMLRetry sets how often NVML is tried again under
+// --on-nvml-error=wait (default 10 s; tests shorten it).
+func WithNVMLRetry(d time.Duration) Option { return func(n *Node) { n.nvmlRetry = d } }
+
+// WithReady adds the protocol's readiness: /readyz and Ready report it
+// once the node itself is ready.
+func WithReady(f func() error) Option { return func(n *Node) { n.ready = f } }
+
+// WithHealthMetrics names the health collectors (default: none exported).
+func WithHealthMetrics(m HealthMetrics) Option { return func(n *Node) { n.names = m } }
+
+// checkpointFile is the health checkpoint's name in --state-dir.
+const checkpointFile = "health.json"
+
+// New returns the node for cfg. The plugin registers its own collectors
+// on Registry before Run.
+func New(cfg nodeconfig.Config, log *slog.Logger, opts ...Option) *Node {
+	n := &Node{cfg: cfg, log: log, open: backend.Open, nvmlRetry: 10 * time.Second, ready: func() error { return nil },
+		reg: prometheus.NewRegistry(), state: httpserve.NewReadiness("starting")}
+	for _, o := range opts {
+		o(n)
+	}
+	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if n.names.Events != "" {
+		n.events = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: n.names.Events, Help: "NVML health events received, by kind (xid, gpu-lost), Xid and whether policy ignored them.",
+		}, []string{"kind", "xid", "ignored"})
+		n.healthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: n.names.Healthy, Help: n.names.HealthyHelp}, []string{"uuid", n.names.DeviceLabel})
+		n.reg.MustRegister(n.events, n.healthy)
+	}
+	return n
+}
+
+// Registry is where the plugin registers its own collectors.
+func (n *Node) Registry() prometheus.Registerer { return n.reg }
+
+// Ready is nil once NVML is open and the protocol is ready, else why not.
+func (n *Node) Ready() error {
+	if err := n.state.Ready(); err != nil {
+		return err
+	}
+	return n.ready()
+}
+
+// Tracker is the GPUs' health tracker, nil until the GPUs are published
+// (tests drive recovery through it).
+func (n *Node) Tracker() *health.Tracker { return n.tracker.Load() }
+
+// Run serves the metrics and health endpoints and the node until ctx ends
+// or a part fails, and returns the first failure: bad GPU selection, CDI
+// spec failure, NVML missing with --on-nvml-error=exit, the metrics address
+// taken, or serve's error. Every goroutine it starts has ended when it
+// returns.
+func (n *Node) Run(ctx context.Context, serve Serve) error {
+	web := httpserve.New(n.cfg.MetricsAddr, n.reg, httpserve.WithLogger(n.log), httpserve.WithReady(n.Ready))
+	if n.cfg.NVML != backend.Real {
+		late := simdebug.Late{Node: &n.sim, Tracker: &n.tracker}
+		for pattern, h := range simdebug.Routes(late, late) {
+			web.Handle(pattern, h)
+		}
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return web.Run(ctx) })
+	g.Go(func() error { return n.serveNVML(ctx, serve) })
+	return g.Wait()
+}
+
+// serveNVML opens NVML, publishes, and closes NVML once publishing ended.
+func (n *Node) serveNVML(ctx context.Context, serve Serve) error {
+	b, err := n.openNVML(ctx)
+	if err != nil || b == nil {
+		return err
+	}
+	n.state.SetReady()
+	if b.Sim != nil {
+		n.sim.Store(b)
+	}
+	err = n.publish(ctx, b, serve)
+	if cerr := b.Close(); cerr != nil {
+		n.log.Warn("closing NVML failed", logging.Err(cerr))
+	}
+	return err
+}
+
+// openNVML opens the backend; on failure it exits or waits as configured.
+// A nil backend with a nil error means ctx ended while waiting.
+func (n *Node) openNVML(ctx context.Context) (*backend.Backend, error) {
+	for {
+		b, err := n.open(n.cfg.NVML, backend.Options{DriverRoot: n.cfg.DriverRoot})
+		if err == nil {
+			return b, nil
+		}
+		err = fmt.Errorf("cannot open NVML (--nvml=%s): %w", n.cfg.NVML, err)
+		if n.cfg.OnNVMLError == nodeconfig.OnNVMLErrorExit {
+			return nil, err
+		}
+		n.state.SetNotReady(err.Error())
+		n.log.Error("NVML unavailable; no GPUs published, retrying (set --on-nvml-error=exit to fail instead)", logging.Err(err), "retry_in", n.nvmlRetry)
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(n.nvmlRetry):
+		}
+	}
+}
+
+// publish discovers and selects the GPUs, writes their CDI spec, and runs
+// health tracking, operator recovery and serve until ctx ends or serve
+// returns; it returns after all of them did.
+func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) error {
+	node, err := b.Discover(ctx)
+	if err != nil {
+		return fmt.Errorf("discover GPUs: %w", err)
+	}
+	published, skipped, err := gpuselect.Select(node.Devices, n.cfg.Selector, n.cfg.MIGStrategy)
+	if err != nil {
+		return err
+	}
+	for _, s := range skipped {
+		n.log.Warn("GPU not published", "uuid", s.Device.UUID, "reason", s.Reason)
+	}
+	if len(published) == 0 {
+		return fmt.Errorf("no GPU to publish: NVIDIA_VISIBLE_DEVICES=%s selects none of the node's %d GPUs; set it (ConfigMap key %s) to a GPU UUID, index or all", contract.Quote(n.cfg.VisibleDevices), len(node.Devices), contract.ConfigMapKey)
+	}
+
+	// The node's one CDI spec: the same generator and file on either path,
+	// so nvinject-nri and containerd resolve the same names.
+	gen := spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary))
+	s, err := gen.Generate(node, published)
+	if err != nil {
+		return fmt.Errorf("generate the CDI spec: %w", err)
+	}
+	path, changed, err := spec.Write(n.cfg.CDISpecDir, s)
+	if err != nil {
+		return fmt.Errorf("write the CDI spec: %w; check that --cdi-spec-dir is writable", err)
+	}
+	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(published))
+
+	gpus := GPUs{Node: node, Published: published, CDIName: gen.QualifiedName}
+	gpus.Health = n.newTracker(gpus)
+	n.tracker.Store(gpus.Health)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { gpus.Health.Run(ctx, b); return nil })
+	g.Go(func() error { n.recoverOnSignal(ctx, gpus.Health); return nil })
+	g.Go(func() error {
+		defer cancel()
+		return serve(ctx, gpus)
+	})
+	return g.Wait()
+}
+
+// newTracker tracks the published GPUs' health, with the checkpoint in
+// --state-dir and the health collectors kept current.
+func (n *Node) newTracker(gpus GPUs) *health.Tracker {
+	uuids := gpus.UUIDs()
+	opts := []health.Option{health.WithLogger(n.log), health.WithIgnoredXids(n.cfg.IgnoredXids), health.WithQuietPeriod(n.cfg.QuietPeriod)}
+	if n.cfg.StateDir != "" {
+		opts = append(opts, health.WithCheckpoint(filepath.Join(n.cfg.StateDir, checkpointFile)))
+	}
+	if n.events == nil {
+		return health.New(uuids, opts...)
+	}
+	setHealthy := func(states []health.State) {
+		for i, s := range states {
+			v := 0.0
+			if s.Healthy {
+				v = 1
+			}
+			n.healthy.WithLabelValues(s.UUID, n.names.DeviceID(gpus.Published[i])).Set(v)
+		}
+	}
+	opts = append(opts, health.WithOnChange(setHealthy), health.WithObserver(func(e gpu.HealthEvent, ignored bool) {
+		xid := ""
+		if e.Kind == gpu.EventXid {
+			xid = strconv.FormatUint(e.Xid, 10)
+		}
+		n.events.WithLabelValues(e.Kind.String(), xid, strconv.FormatBool(ignored)).Inc()
+	}))
+	t := health.New(uuids, opts...)
+	setHealthy(t.States())
+	return t
+}
+
+func (n *Node) recoverOnSignal(ctx context.Context, t *health.Tracker) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.recover:
+			n.log.Info("operator recovery: asking NVML about every GPU before clearing its Xid and loss marks")
+			if err := t.RecoverAll(ctx); err != nil && ctx.Err() == nil {
+				n.log.Warn("operator recovery: NVML does not vouch for some GPUs; they stay Unhealthy", logging.Err(err))
+			}
+		}
+	}
+}

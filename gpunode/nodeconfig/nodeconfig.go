@@ -1,0 +1,203 @@
+// Package nodeconfig is the one flag group both kubelet plugins register:
+// the settings of the GPU node they serve (NVML, the driver root, the CDI
+// spec, GPU selection, health policy, the PodResources socket, metrics,
+// logging), each declared, documented and checked once.
+package nodeconfig
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu/backend"
+	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
+	"github.com/nvinject/nvinject/shared/gpu/sim"
+	"github.com/nvinject/nvinject/shared/logging"
+	"github.com/nvinject/nvinject/shared/version"
+)
+
+// On NVML failure at start: exit, or keep retrying while /readyz says why.
+const (
+	OnNVMLErrorExit = "exit"
+	OnNVMLErrorWait = "wait"
+)
+
+// DefaultIgnoredXids are the Xids NVIDIA's device plugin treats as
+// application errors (the GPU itself stays usable).
+const DefaultIgnoredXids = "13,31,43,45,68,109"
+
+// DefaultPodResourcesSocket is kubelet's PodResources socket.
+const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// Config is the GPU node's settings, valid once Validate returned no error.
+type Config struct {
+	NVML       string
+	DriverRoot string
+	// HostDriverRoot is DriverRoot's path on the host; CDI specs name host paths.
+	HostDriverRoot string
+	// HookBinary is the host path of the hook program the CDI spec's
+	// createContainer hooks run; empty for a spec without hooks.
+	HookBinary     string
+	CDISpecDir     string
+	CDIVendor      string
+	CDIClass       string
+	VisibleDevices string
+	Selector       gpuselect.Selector
+	MIGStrategy    gpuselect.MIGStrategy
+	IgnoredXids    []uint64
+	QuietPeriod    time.Duration
+	OnNVMLError    string
+	// ResourceName is the extended resource nvidia.com/gpu: what the device
+	// plugin publishes and nvinject-dra's DeviceClass serves.
+	ResourceName string
+	// PodResourcesSocket is kubelet's PodResources socket, from which the
+	// GPUs the other path's pods hold are read; empty disables it.
+	PodResourcesSocket string
+	// StateDir keeps the health checkpoint (health.json); empty keeps
+	// health in memory only.
+	StateDir    string
+	MetricsAddr string
+	Log         logging.Flags
+
+	mig, xids string
+}
+
+// Defaults are what the two binaries declare differently.
+type Defaults struct {
+	MetricsAddr       string
+	StateDir          string
+	StateDirUsage     string
+	ResourceNameUsage string
+}
+
+// Register declares the group's flags and environment aliases on cmd;
+// call Validate once cmd parsed them.
+func Register(cmd *cli.Command, d Defaults) *Config {
+	c := &Config{}
+	fs := cmd.Flags()
+	fs.StringVar(&c.NVML, "nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
+	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
+	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
+	fs.StringVar(&c.HookBinary, "hook-binary", "", "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks")
+	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", contract.CDISpecDir, "where the node's CDI spec for the published GPUs is written")
+	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")
+	fs.StringVar(&c.CDIClass, "cdi-class", contract.CDIClass, "CDI class of the GPU devices")
+	fs.StringVar(&c.VisibleDevices, "visible-devices", "all", "GPUs to publish: UUIDs or indices (ConfigMap key "+contract.ConfigMapKey+"), all or none")
+	fs.StringVar(&c.mig, "mig-strategy", string(gpuselect.MIGNone), "MIG handling: none (whole GPUs only)")
+	fs.StringVar(&c.xids, "ignored-xids", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
+	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
+	fs.StringVar(&c.OnNVMLError, "on-nvml-error", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")
+	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, d.ResourceNameUsage)
+	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", DefaultPodResourcesSocket, "kubelet's PodResources socket, polled every second: a GPU that a pod got through the other path (device plugin or DRA) is not handed out until that pod ends, and while the socket cannot be read no GPU is (fail closed); empty disables, leaving GPUs the other path holds unprotected")
+	fs.StringVar(&c.StateDir, "state-dir", d.StateDir, d.StateDirUsage)
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", d.MetricsAddr, "address of /metrics, /healthz and /readyz; empty disables")
+	c.Log.Register(fs, logging.JSON)
+	// The seed's environment names, tried before NVINJECT_<FLAG>.
+	cmd.Env("visible-devices", contract.EnvVisibleDevices)
+	cmd.Env("mig-strategy", "MIG_STRATEGY")
+	return c
+}
+
+// Validate checks the parsed values and fills Selector, MIGStrategy and
+// IgnoredXids. It returns every problem, for the binary to report with its
+// own as one usage error.
+func (c *Config) Validate() []error {
+	var errs []error
+	var err error
+	if c.Selector, err = gpuselect.Parse(c.VisibleDevices); err != nil {
+		errs = append(errs, fmt.Errorf("NVIDIA_VISIBLE_DEVICES / --visible-devices: %w", err))
+	}
+	if c.MIGStrategy, err = gpuselect.ParseMIGStrategy(c.mig); err != nil {
+		errs = append(errs, err)
+	}
+	if c.IgnoredXids, err = ParseXids(c.xids); err != nil {
+		errs = append(errs, err)
+	}
+	if c.QuietPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--health-quiet-period=%s is negative; give a duration such as 5m, or 0 to recover only on SIGHUP", c.QuietPeriod))
+	}
+	if c.NVML != backend.Real {
+		if _, err := sim.ParseSpec(c.NVML); err != nil {
+			errs = append(errs, fmt.Errorf("--nvml=%s is not valid: use real, or sim:a100-80gb[*N] for a simulated node (%w)", contract.Quote(c.NVML), err))
+		}
+	}
+	if c.OnNVMLError != OnNVMLErrorExit && c.OnNVMLError != OnNVMLErrorWait {
+		errs = append(errs, fmt.Errorf("--on-nvml-error=%s is not valid; use exit or wait", contract.Quote(c.OnNVMLError)))
+	}
+	if err := parser.ValidateVendorName(c.CDIVendor); err != nil {
+		errs = append(errs, fmt.Errorf("--cdi-vendor=%s: %w", contract.Quote(c.CDIVendor), err))
+	}
+	if err := parser.ValidateClassName(c.CDIClass); err != nil {
+		errs = append(errs, fmt.Errorf("--cdi-class=%s: %w", contract.Quote(c.CDIClass), err))
+	}
+	if !filepath.IsAbs(c.CDISpecDir) {
+		errs = append(errs, fmt.Errorf("--cdi-spec-dir=%s is not an absolute path; give the host directory containerd reads CDI specs from (%s)", contract.Quote(c.CDISpecDir), contract.CDISpecDir))
+	}
+	if c.HookBinary != "" && !filepath.IsAbs(c.HookBinary) {
+		errs = append(errs, fmt.Errorf("--hook-binary=%s is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", contract.Quote(c.HookBinary)))
+	}
+	if c.PodResourcesSocket != "" && !filepath.IsAbs(c.PodResourcesSocket) {
+		errs = append(errs, fmt.Errorf("--pod-resources-socket=%s is not an absolute path; give kubelet's socket (%s), or empty to disable", contract.Quote(c.PodResourcesSocket), DefaultPodResourcesSocket))
+	}
+	if err := validateResourceName(c.ResourceName); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// Logger builds the logger --log-format and --log-level ask for.
+func (c Config) Logger(stderr io.Writer) (*slog.Logger, error) { return c.Log.Logger(stderr) }
+
+// Attrs renders the settings for the effective configuration's log line.
+func (c Config) Attrs() []any {
+	xids := make([]string, len(c.IgnoredXids))
+	for i, x := range c.IgnoredXids {
+		xids[i] = strconv.FormatUint(x, 10)
+	}
+	return []any{
+		"version", version.Version, "revision", version.Rev(),
+		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary,
+		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", contract.CDIKind(c.CDIVendor, c.CDIClass),
+		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
+		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "on_nvml_error", c.OnNVMLError,
+		"resource_name", c.ResourceName, "pod_resources_socket", c.PodResourcesSocket, "state_dir", c.StateDir,
+		"metrics_addr", c.MetricsAddr,
+	}
+}
+
+// ParseXids reads a comma list of Xid numbers; "none" or "" is the empty list.
+func ParseXids(v string) ([]uint64, error) {
+	v = strings.TrimSpace(v)
+	if v == "" || v == "none" {
+		return nil, nil
+	}
+	var out []uint64
+	for _, f := range strings.Split(v, ",") {
+		x, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--ignored-xids=%q: %q is not an Xid number; give a comma list such as %s, or none", v, f, DefaultIgnoredXids)
+		}
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+// validateResourceName checks r is an extended resource name.
+func validateResourceName(r string) error {
+	domain, name, ok := strings.Cut(r, "/")
+	if !ok || domain == "" || name == "" || strings.Contains(name, "/") || strings.HasPrefix(domain, "kubernetes.io") || !strings.Contains(domain, ".") {
+		return fmt.Errorf("--resource-name=%s is not a valid extended resource; use <domain>/<name> such as nvidia.com/gpu", contract.Quote(r))
+	}
+	return nil
+}
