@@ -215,7 +215,9 @@ func TestKubeletRestartReRegistersKeepingHealth(t *testing.T) {
 		}
 		began := time.Now()
 		r.kubelet = r.kubelet.Restart(t)
-		req := r.kubelet.WaitRegister(t, time.Second)
+		// A bound, not a latency claim (the soak and the re-registration
+		// benchmark measure that): a loaded 2-core machine can take over 1 s.
+		req := r.kubelet.WaitRegister(t, 10*time.Second)
 		t.Logf("re-registered (own socket removed: %v) in %s", removeOwn, time.Since(began))
 		r.client = kubelettest.Dial(t, r.dir, req.Endpoint)
 		h := healthOf(r.watch(t)())
