@@ -2,7 +2,7 @@
 # repository root.
 #
 # make images writes each daemon's image as an OCI archive under
-# _out/images/ with the builder the local node uses (e2e/ociimage, no Docker
+# _out/images/ with the builder the local node uses (deploy/ociimage, no Docker
 # daemon, no registry): the program from bin/ on a glibc base made of the
 # Debian packages libc6 and libgcc-s1 (go-nvml dlopens the driver's
 # libraries, so the daemons need glibc), a non-root default user, OCI labels

@@ -58,6 +58,7 @@ require (
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/nvinject/nvinject/deploy v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/doctor v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/shared v0.0.0-00010101000000-000000000000
 	github.com/spf13/pflag v1.0.10 // indirect
@@ -85,6 +86,7 @@ require (
 )
 
 replace (
+	github.com/nvinject/nvinject/deploy => ../deploy
 	github.com/nvinject/nvinject/doctor => ../doctor
 	github.com/nvinject/nvinject/shared => ../shared
 )

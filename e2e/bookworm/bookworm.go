@@ -3,7 +3,7 @@
 // and cached machine-wide as a tar: the base of workload images and chroots that load
 // NVIDIA's real driver libraries, which need glibc. Building needs root.
 //
-// With e2e/ociimage, ociimage.New(ref, ociimage.WithBaseLayer(tar)) makes an image of it;
+// With deploy/ociimage, ociimage.New(ref, ociimage.WithBaseLayer(tar)) makes an image of it;
 // Unpack makes a chroot of it with other trees (a driver root, a probe) copied in.
 package bookworm
 

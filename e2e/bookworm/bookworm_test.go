@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvinject/nvinject/e2e/ociimage"
+	"github.com/nvinject/nvinject/deploy/ociimage"
 )
 
 func rootfs(t *testing.T) string {

@@ -11,7 +11,7 @@ import (
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvinject/nvinject/e2e/ociimage"
+	"github.com/nvinject/nvinject/deploy/ociimage"
 )
 
 // Images the benchmark imports; there is no registry to pull from.

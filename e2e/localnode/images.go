@@ -9,7 +9,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/nvinject/nvinject/e2e/ociimage"
+	"github.com/nvinject/nvinject/deploy/ociimage"
 )
 
 // ImportImage imports an OCI image archive into the CRI namespace of the node's containerd.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvinject/nvinject/deploy/ociimage"
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
 	"github.com/nvinject/nvinject/e2e/localnode"
-	"github.com/nvinject/nvinject/e2e/ociimage"
 )
 
 const (

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nvinject/nvinject/deploy/ociimage"
 	"github.com/nvinject/nvinject/e2e/bookworm"
-	"github.com/nvinject/nvinject/e2e/ociimage"
 )
 
 // releaseArchives are the daemons' release images that `make images` writes

@@ -12,7 +12,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/nvinject/nvinject/e2e/ociimage"
+	"github.com/nvinject/nvinject/deploy/ociimage"
 	"github.com/nvinject/nvinject/shared/cli"
 )
 
