@@ -140,7 +140,7 @@ const (
 	fixCDIDirs       = "add the dir to cdi_spec_dirs in containerd's config (nvinject's drop-in lists /etc/cdi and /var/run/cdi) and restart containerd"
 	fixRC            = "kubectl apply -k deploy (deploy/manifests/runtimeclass.yaml defines RuntimeClass nvidia with handler nvidia)"
 	fixHandler       = "install nvinject's containerd drop-in: nvinject-node install-containerd-config, then restart containerd (on nvkind: docker exec <worker> systemctl restart containerd)"
-	fixRefusal       = "nvinject-nri refused the container; its message says what differs (runtimeClassName, stale CDI spec, GPU UUID mismatch): correct that, then delete the pod"
+	fixRefusal       = "nvinject-nri refused the container; its message says what differs (runtimeClassName, stale CDI spec, GPU UUID mismatch, a GPU another pod holds): correct that, then delete the pod; `nvinject-doctor explain --pod-namespace NS POD` shows kubelet's assignment, the CDI names and what nvinject-nri checked"
 	fixProbeLib      = "the container lacks a library of the driver: regenerate the CDI spec from the driver root (the device plugin writes it; with --hook-binary the ld.so.cache and libcuda.so links are made too) and check the root holds that library (nvinject-cdi generate --driver-root=...)"
 	fixApp           = "the device is in the container but CUDA cannot use it: compare the driver version (nvidia-smi) with the CUDA the image needs, check vLLM's arguments (--gpu-memory-utilization, --max-model-len, model) and read the pod's log"
 )
