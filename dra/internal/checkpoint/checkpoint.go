@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/nvinject/nvinject/shared/durable"
 )
 
 // FileName is the checkpoint's name in the state directory.
@@ -154,31 +156,8 @@ func (s *Store) writeLocked(claims map[string]Claim) error {
 	if err != nil {
 		return fmt.Errorf("encode the DRA checkpoint: %w", err)
 	}
-	dir := filepath.Dir(s.path)
-	tmp, err := os.CreateTemp(dir, FileName+".*")
-	if err != nil {
-		return fmt.Errorf("write the DRA checkpoint in %s: %w; check that --state-dir is writable", dir, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err = tmp.Write(data); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write the DRA checkpoint %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return fmt.Errorf("replace the DRA checkpoint %s: %w", s.path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync the DRA state dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync the DRA state dir %s: %w", dir, err)
+	if err := durable.WriteFile(s.path, data); err != nil {
+		return fmt.Errorf("write the DRA checkpoint: %w; check that --state-dir is writable", err)
 	}
 	return nil
 }
