@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/nvinject/nvinject/nri/internal/audit"
+	"github.com/nvinject/nvinject/nri/internal/nritest"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -221,7 +221,7 @@ func TestOutageLoggedOnce(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	var logs syncBuffer
+	var logs nritest.LogBuffer
 	c := &counts{}
 	s := New(cs.CoreV1(), WithCounter(c), WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
 	run(t, s)
@@ -241,21 +241,4 @@ func TestOutageLoggedOnce(t *testing.T) {
 	if n := strings.Count(out, "recording audit Events again"); n != 1 || c.get(contract.AuditSent) != 1 {
 		t.Errorf("%d recovery lines, %d sent:\n%s", n, c.get(contract.AuditSent), out)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

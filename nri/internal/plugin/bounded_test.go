@@ -1,10 +1,8 @@
 package plugin_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nvinject/nvinject/nri/internal/nritest"
@@ -12,31 +10,11 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// syncBuffer is a log sink safe for the handler's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) take() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.b.String()
-	s.b.Reset()
-	return out
-}
-
 // TestHugeAnnotationGivesShortErrorAndLog: any pod can set a 1 MiB
 // annotation; the refusal kubelet shows and the plugin's log line stay
 // short, name what is wrong and count what they leave out.
 func TestHugeAnnotationGivesShortErrorAndLog(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &nritest.LogBuffer{}
 	e := start(t, envOpts{handlerOpts: []plugin.Option{plugin.WithLogger(slog.New(slog.NewJSONHandler(logs, nil)))}})
 	huge := strings.Repeat("x", 1<<20)
 	many := make([]string, 5000)
@@ -57,7 +35,7 @@ func TestHugeAnnotationGivesShortErrorAndLog(t *testing.T) {
 		{"1 MiB pod-level spoof", "nvidia", map[string]string{"cdi.k8s.io/x": "nvidia.com/gpu=" + huge}, nil, "pod-level"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs.take()
+			logs.Take()
 			_, _, err := e.create(t, nritest.Pod("p", tc.handler, tc.podAnn), tc.ann, nil)
 			if err == nil {
 				t.Fatal("accepted")
@@ -68,7 +46,7 @@ func TestHugeAnnotationGivesShortErrorAndLog(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("refusal %.400q does not mention %q", err, tc.want)
 			}
-			line := logs.take()
+			line := logs.Take()
 			if !strings.Contains(line, "refused container") {
 				t.Fatalf("no refusal log line: %.300s", line)
 			}

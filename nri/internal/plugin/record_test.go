@@ -44,7 +44,7 @@ func (a *auditor) take() []audit.Record {
 func TestVerdictRecords(t *testing.T) {
 	k := &kubelet{}
 	a := &auditor{}
-	logs := &syncBuffer{}
+	logs := &nritest.LogBuffer{}
 	e := start(t, envOpts{kubelet: serveKubelet(t, k), handlerOpts: []plugin.Option{
 		plugin.WithAuditor(a), plugin.WithLogger(slog.New(slog.NewJSONHandler(logs, nil)))}})
 	n := e.node
@@ -80,7 +80,7 @@ func TestVerdictRecords(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			logs.take()
+			logs.Take()
 			_, _, err := e.create(t, tc.pod, tc.ann, tc.containerdCDI, tc.cri...)
 			e.remove(t, tc.pod)
 			recs := a.take()
@@ -108,7 +108,7 @@ func TestVerdictRecords(t *testing.T) {
 			if !tc.want.Admitted && !strings.Contains(got.Error, "nvinject:") {
 				t.Errorf("refusal record error %q", got.Error)
 			}
-			checkVerdictLine(t, logs.take(), got)
+			checkVerdictLine(t, logs.Take(), got)
 		})
 	}
 }
