@@ -1,11 +1,17 @@
-// Package checkpoint keeps the DRA driver's prepared claims in one file
-// of its state directory, so NodeUnprepareResources and a repeated
-// NodePrepareResources answer the same after the driver or kubelet
-// restarts. Every change is written atomically (temp file, fsync, rename,
-// fsync of the directory) before the call that made it returns.
+// Package checkpoint keeps the DRA driver's prepared claims in its state
+// directory, so NodeUnprepareResources and a repeated NodePrepareResources
+// answer the same after the driver or kubelet restarts.
+//
+// A change is durable before the call that made it returns, at the cost of
+// one fdatasync: it is appended as one line to a journal beside the
+// snapshot. The snapshot is rewritten atomically (temp file, fsync, rename,
+// fsync of the directory) only when the store opens over a non-empty
+// journal and when the journal reaches its record limit, which then starts
+// empty again.
 package checkpoint
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -15,12 +21,22 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/durable"
 )
 
-// FileName is the checkpoint's name in the state directory.
+// FileName is the snapshot's name in the state directory.
 const FileName = "prepared-claims.json"
+
+// JournalName is the journal's name in the state directory: the changes
+// since the snapshot, one JSON record a line.
+const JournalName = "prepared-claims.journal"
+
+// journalLimit is how many records the journal takes before the snapshot
+// is rewritten: the rewrite's two fsyncs spread over that many changes.
+const journalLimit = 256
 
 // Version is the file format this package writes and reads.
 const Version = 1
@@ -52,40 +68,120 @@ type file struct {
 	Claims  map[string]Claim `json:"claims"`
 }
 
-// Store is the checkpoint of one driver instance.
-type Store struct {
-	path   string
-	mu     sync.Mutex
-	claims map[string]Claim
+// record is one journal line: a claim put, or the UID of a claim deleted.
+type record struct {
+	Put    *Claim `json:"put,omitempty"`
+	Delete string `json:"delete,omitempty"`
 }
 
-// Open reads dir's checkpoint, or starts an empty one when there is none.
+// Store is the checkpoint of one driver instance.
+type Store struct {
+	path    string
+	journal string
+	mu      sync.Mutex
+	claims  map[string]Claim
+	log     *os.File
+	records int
+}
+
+// Open reads dir's checkpoint (the snapshot, then the journal's changes),
+// or starts an empty one when there is none. Close releases the journal.
 func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create the DRA state dir %s: %w; check --state-dir", dir, err)
 	}
-	s := &Store{path: filepath.Join(dir, FileName), claims: map[string]Claim{}}
+	s := &Store{path: filepath.Join(dir, FileName), journal: filepath.Join(dir, JournalName), claims: map[string]Claim{}}
+	if err := s.readSnapshot(); err != nil {
+		return nil, err
+	}
+	replayed, err := s.replay()
+	if err != nil {
+		return nil, err
+	}
+	if replayed {
+		// The journal's changes go into the snapshot, so the journal the
+		// store appends to starts empty.
+		if err := s.writeSnapshot(s.claims); err != nil {
+			return nil, err
+		}
+	}
+	log, err := os.OpenFile(s.journal, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the DRA checkpoint journal %s: %w; check that --state-dir is writable", s.journal, err)
+	}
+	if err := syncNew(log, dir); err != nil {
+		log.Close()
+		return nil, err
+	}
+	s.log = log
+	return s, nil
+}
+
+func (s *Store) readSnapshot() error {
 	data, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
-		return s, nil
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the DRA checkpoint %s: %w", s.path, err)
+		return fmt.Errorf("read the DRA checkpoint %s: %w", s.path, err)
 	}
 	var f file
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("DRA checkpoint %s is corrupt (%w); it lists the claims prepared on this node: move it away only after deleting the node's pods with GPU claims", s.path, err)
+		return fmt.Errorf("DRA checkpoint %s is corrupt (%w); it lists the claims prepared on this node: move it away only after deleting the node's pods with GPU claims", s.path, err)
 	}
 	if f.Version != Version {
-		return nil, fmt.Errorf("DRA checkpoint %s has version %d; this nvinject-dra reads version %d: run a matching nvinject-dra", s.path, f.Version, Version)
+		return fmt.Errorf("DRA checkpoint %s has version %d; this nvinject-dra reads version %d: run a matching nvinject-dra", s.path, f.Version, Version)
 	}
 	for uid, c := range f.Claims {
 		if uid == "" || c.UID != uid {
-			return nil, fmt.Errorf("DRA checkpoint %s is corrupt: entry %q holds claim UID %q; move it away only after deleting the node's pods with GPU claims", s.path, uid, c.UID)
+			return fmt.Errorf("DRA checkpoint %s is corrupt: entry %q holds claim UID %q; move it away only after deleting the node's pods with GPU claims", s.path, uid, c.UID)
 		}
 		s.claims[uid] = c
 	}
-	return s, nil
+	return nil
+}
+
+// replay applies the journal's records over the snapshot. A last line
+// without its newline is a write that never returned (the driver died in
+// it), so nobody was told it is prepared: it is dropped. Replaying records
+// the snapshot already holds is harmless: each sets a claim's last state.
+func (s *Store) replay() (bool, error) {
+	data, err := os.ReadFile(s.journal)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the DRA checkpoint journal %s: %w", s.journal, err)
+	}
+	if i := bytes.LastIndexByte(data, '\n'); i+1 < len(data) {
+		data = data[:i+1]
+	}
+	n := 0
+	for line := range bytes.Lines(data) {
+		n++
+		var r record
+		if err := json.Unmarshal(line, &r); err != nil || (r.Put == nil) == (r.Delete == "") || (r.Put != nil && r.Put.UID == "") {
+			return false, fmt.Errorf("DRA checkpoint journal %s is corrupt at line %d (%s); it lists claims prepared on this node: move it away only after deleting the node's pods with GPU claims", s.journal, n, contract.Quote(string(bytes.TrimSpace(line))))
+		}
+		if r.Put != nil {
+			s.claims[r.Put.UID] = *r.Put
+		} else {
+			delete(s.claims, r.Delete)
+		}
+	}
+	return n > 0, nil
+}
+
+// Close releases the journal; the store is not used after.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log == nil {
+		return nil
+	}
+	err := s.log.Close()
+	s.log = nil
+	return err
 }
 
 // Path is the checkpoint file.
@@ -118,8 +214,8 @@ func (s *Store) Len() int {
 	return len(s.claims)
 }
 
-// Put records c and writes the checkpoint; on a write error the store
-// keeps its previous content.
+// Put records c durably; on a write error the store keeps its previous
+// content.
 func (s *Store) Put(c Claim) error {
 	if c.UID == "" {
 		return errors.New("checkpoint a claim without a UID: the ResourceClaim has no metadata.uid")
@@ -128,7 +224,7 @@ func (s *Store) Put(c Claim) error {
 	defer s.mu.Unlock()
 	next := maps.Clone(s.claims)
 	next[c.UID] = c
-	if err := s.writeLocked(next); err != nil {
+	if err := s.appendLocked(record{Put: &c}, next); err != nil {
 		return err
 	}
 	s.claims = next
@@ -144,20 +240,70 @@ func (s *Store) Delete(uid string) (bool, error) {
 	}
 	next := maps.Clone(s.claims)
 	delete(next, uid)
-	if err := s.writeLocked(next); err != nil {
+	if err := s.appendLocked(record{Delete: uid}, next); err != nil {
 		return true, err
 	}
 	s.claims = next
 	return true, nil
 }
 
-func (s *Store) writeLocked(claims map[string]Claim) error {
+// appendLocked makes r durable: one line and one fdatasync, or, when the
+// journal is full, next written as the snapshot and the journal emptied.
+func (s *Store) appendLocked(r record, next map[string]Claim) error {
+	if s.log == nil {
+		return errors.New("the DRA checkpoint is closed")
+	}
+	if s.records >= journalLimit {
+		if err := s.writeSnapshot(next); err != nil {
+			return err
+		}
+		if err := s.log.Truncate(0); err != nil {
+			return fmt.Errorf("empty the DRA checkpoint journal %s: %w", s.journal, err)
+		}
+		if err := syscall.Fdatasync(int(s.log.Fd())); err != nil {
+			return fmt.Errorf("sync the DRA checkpoint journal %s: %w", s.journal, err)
+		}
+		s.records = 0
+		return nil
+	}
+	line, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode a DRA checkpoint record: %w", err)
+	}
+	if _, err := s.log.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("append to the DRA checkpoint journal %s: %w; check that --state-dir is writable and not full", s.journal, err)
+	}
+	if err := syscall.Fdatasync(int(s.log.Fd())); err != nil {
+		return fmt.Errorf("sync the DRA checkpoint journal %s: %w", s.journal, err)
+	}
+	s.records++
+	return nil
+}
+
+func (s *Store) writeSnapshot(claims map[string]Claim) error {
 	data, err := json.MarshalIndent(file{Version: Version, Claims: claims}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode the DRA checkpoint: %w", err)
 	}
 	if err := durable.WriteFile(s.path, data); err != nil {
 		return fmt.Errorf("write the DRA checkpoint: %w; check that --state-dir is writable", err)
+	}
+	return nil
+}
+
+// syncNew makes a just-created (or truncated) file and its directory
+// entry durable, once, so later appends need only fdatasync.
+func syncNew(f *os.File, dir string) error {
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", f.Name(), err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s to sync the journal's entry: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }
