@@ -3,7 +3,7 @@
 # creates INJBENCH_N GPU containers through containerd's own CDI and INJBENCH_N
 # through nvinject-nri, interleaved, prints medians, p90s and the ratio b/a as a
 # table and a JSON line, and tears everything down.
-INJBENCH_N ?= 20
+INJBENCH_N ?= 200
 
 .PHONY: bench-injection
 bench-injection: build tools ## GPU container create+start: nvinject vs containerd native CDI (root)

@@ -18,6 +18,10 @@ type Report struct {
 	Remove      Summary
 	RatioMedian float64
 	RatioP90    float64
+	// RatioCI is the 95 % confidence interval of RatioMedian from the
+	// paired bootstrap; HasCI is false below 10 pairs.
+	RatioCI [2]float64
+	HasCI   bool
 	// PairedDiff is the median over iterations of b's time minus a's in
 	// the same iteration, which cancels drift of a busy host.
 	PairedDiff     time.Duration
@@ -47,25 +51,32 @@ func (r *Result) Summarize() Report {
 	rep.ContainersEach = rep.A.N
 	rep.RatioMedian = Ratio(rep.B.Median, rep.A.Median)
 	rep.RatioP90 = Ratio(rep.B.P90, rep.A.P90)
-	rep.PairedDiff = r.pairedDiff()
+	pa, pb := r.pairs()
+	diffs := make([]time.Duration, len(pa))
+	for i := range pa {
+		diffs[i] = pb[i] - pa[i]
+	}
+	rep.PairedDiff = Summarize(diffs).Median
+	lo, hi, ok := RatioCI(pa, pb)
+	rep.RatioCI, rep.HasCI = [2]float64{lo, hi}, ok
 	return rep
 }
 
-// pairedDiff is the median of b−a over iterations that have both paths.
-func (r *Result) pairedDiff() time.Duration {
-	a := map[int]time.Duration{}
+// pairs are the create+start times of the iterations that have both
+// paths, a's and b's at the same index, in iteration order.
+func (r *Result) pairs() (a, b []time.Duration) {
+	at := map[int]time.Duration{}
 	for _, s := range r.Samples {
 		if s.Path == pathNative.key {
-			a[s.Iteration] = s.CreateStart
+			at[s.Iteration] = s.CreateStart
 		}
 	}
-	var diffs []time.Duration
 	for _, s := range r.Samples {
-		if at, ok := a[s.Iteration]; ok && s.Path == pathNRI.key {
-			diffs = append(diffs, s.CreateStart-at)
+		if x, ok := at[s.Iteration]; ok && s.Path == pathNRI.key {
+			a, b = append(a, x), append(b, s.CreateStart)
 		}
 	}
-	return Summarize(diffs).Median
+	return a, b
 }
 
 // WriteTable writes the human-readable table.
@@ -81,7 +92,11 @@ func (rep Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "ratio b/a: median %.3f, p90 %.3f; paired median b-a %s\n", rep.RatioMedian, rep.RatioP90, ms(rep.PairedDiff))
+	ci := "95% CI needs at least 10 pairs"
+	if rep.HasCI {
+		ci = fmt.Sprintf("95%% CI %.3f-%.3f (paired bootstrap, %d pairs)", rep.RatioCI[0], rep.RatioCI[1], rep.ContainersEach)
+	}
+	fmt.Fprintf(w, "ratio b/a: median %.3f (%s), p90 %.3f; paired median b-a %s\n", rep.RatioMedian, ci, rep.RatioP90, ms(rep.PairedDiff))
 	fmt.Fprintf(w, "not timed: RunPodSandbox median %s (p90 %s), pod stop+remove median %s\n", ms(rep.Sandbox.Median), ms(rep.Sandbox.P90), ms(rep.Remove.Median))
 	_, err := fmt.Fprintf(w, "design: %s\n", Design)
 	return err
@@ -104,18 +119,20 @@ func newJSONPath(s, plugin Summary) jsonPath {
 // JSON is the machine-readable line.
 func (rep Report) JSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Bench           string   `json:"bench"`
-		Runtime         string   `json:"runtime"`
-		A               jsonPath `json:"a"`
-		B               jsonPath `json:"b"`
-		RatioMedian     float64  `json:"ratio_b_a_median"`
-		RatioP90        float64  `json:"ratio_b_a_p90"`
-		PairedDiffMS    float64  `json:"paired_median_b_minus_a_ms"`
-		SandboxMedianMS float64  `json:"sandbox_median_ms"`
-		RemoveMedianMS  float64  `json:"remove_median_ms"`
-		Design          string   `json:"design"`
+		Bench           string      `json:"bench"`
+		Runtime         string      `json:"runtime"`
+		A               jsonPath    `json:"a"`
+		B               jsonPath    `json:"b"`
+		RatioMedian     float64     `json:"ratio_b_a_median"`
+		RatioP90        float64     `json:"ratio_b_a_p90"`
+		RatioCI95       *[2]float64 `json:"ratio_b_a_median_ci95,omitempty"`
+		PairedDiffMS    float64     `json:"paired_median_b_minus_a_ms"`
+		SandboxMedianMS float64     `json:"sandbox_median_ms"`
+		RemoveMedianMS  float64     `json:"remove_median_ms"`
+		Design          string      `json:"design"`
 	}{
-		Bench: "nvinject-injection", Runtime: rep.Runtime,
+		RatioCI95: ci95(rep),
+		Bench:     "nvinject-injection", Runtime: rep.Runtime,
 		A: newJSONPath(rep.A, rep.PluginA), B: newJSONPath(rep.B, rep.PluginB),
 		RatioMedian: round3(rep.RatioMedian), RatioP90: round3(rep.RatioP90), PairedDiffMS: msf(rep.PairedDiff),
 		SandboxMedianMS: msf(rep.Sandbox.Median), RemoveMedianMS: msf(rep.Remove.Median), Design: Design,
@@ -131,6 +148,13 @@ func us(d time.Duration) string {
 // msf is d in milliseconds, rounded to microseconds.
 func msf(d time.Duration) float64 {
 	return float64(d.Round(time.Microsecond)) / float64(time.Millisecond)
+}
+
+func ci95(rep Report) *[2]float64 {
+	if !rep.HasCI {
+		return nil
+	}
+	return &[2]float64{round3(rep.RatioCI[0]), round3(rep.RatioCI[1])}
 }
 
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }

@@ -2,6 +2,7 @@ package injbench
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -48,4 +49,36 @@ func Ratio(b, a time.Duration) float64 {
 		return 0
 	}
 	return float64(b) / float64(a)
+}
+
+// RatioCI is a 95 % confidence interval for median(b)/median(a) over
+// paired samples (a[i], b[i] from the same iteration): a percentile
+// bootstrap that resamples whole pairs, so the drift of a busy host that
+// both paths of an iteration share stays paired. The generator is seeded
+// from the samples, so a report reproduces from its data. ok is false
+// with fewer than 10 pairs, where the interval would mean little.
+func RatioCI(a, b []time.Duration) (lo, hi float64, ok bool) {
+	n := min(len(a), len(b))
+	if n < 10 {
+		return 0, 0, false
+	}
+	var seed uint64
+	for i := range n {
+		seed = seed*31 + uint64(a[i]) ^ uint64(b[i])
+	}
+	rng := rand.New(rand.NewPCG(seed, uint64(n)))
+	const resamples = 2000
+	ratios := make([]float64, resamples)
+	ra, rb := make([]time.Duration, n), make([]time.Duration, n)
+	for r := range ratios {
+		for i := range n {
+			j := rng.IntN(n)
+			ra[i], rb[i] = a[j], b[j]
+		}
+		slices.Sort(ra)
+		slices.Sort(rb)
+		ratios[r] = Ratio(median(rb), median(ra))
+	}
+	slices.Sort(ratios)
+	return ratios[int(0.025*resamples)], ratios[int(0.975*resamples)-1], true
 }

@@ -49,3 +49,41 @@ func TestRatio(t *testing.T) {
 		t.Errorf("Ratio(1s, 0) = %v, want 0", got)
 	}
 }
+
+func TestRatioCI(t *testing.T) {
+	noisy := func(n int, scale float64) (a, b []time.Duration) {
+		for i := range n {
+			base := time.Duration(100+(i*37)%50) * time.Millisecond
+			a = append(a, base+time.Duration((i*13)%17)*time.Millisecond)
+			b = append(b, time.Duration(float64(base)*scale)+time.Duration((i*7)%19)*time.Millisecond)
+		}
+		return a, b
+	}
+	if _, _, ok := RatioCI(ms2d(1, 2, 3, 4, 5, 6, 7, 8, 9), ms2d(1, 2, 3, 4, 5, 6, 7, 8, 9)); ok {
+		t.Error("an interval from 9 pairs")
+	}
+	a, b := noisy(40, 1)
+	for i := range b {
+		b[i] = a[i] * 6 / 5
+	}
+	lo, hi, ok := RatioCI(a, b)
+	if !ok || lo > 1.2+1e-9 || hi < 1.2-1e-9 || hi-lo > 0.001 {
+		t.Errorf("b = 1.2 a exactly: CI %.4f-%.4f ok=%v, want a point at 1.2", lo, hi, ok)
+	}
+	small, big := [2]float64{}, [2]float64{}
+	a, b = noisy(20, 1.1)
+	small[0], small[1], _ = RatioCI(a, b)
+	a, b = noisy(400, 1.1)
+	big[0], big[1], _ = RatioCI(a, b)
+	if big[1]-big[0] >= small[1]-small[0] {
+		t.Errorf("CI from 400 pairs %.3f-%.3f is not narrower than from 20 %.3f-%.3f", big[0], big[1], small[0], small[1])
+	}
+	if r := Ratio(Summarize(b).Median, Summarize(a).Median); big[0] > r || big[1] < r {
+		t.Errorf("CI %.3f-%.3f misses the samples' own ratio %.3f", big[0], big[1], r)
+	}
+	again := [2]float64{}
+	again[0], again[1], _ = RatioCI(a, b)
+	if again != big {
+		t.Errorf("same samples, different CI: %v then %v", big, again)
+	}
+}
