@@ -22,6 +22,14 @@ demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, 
 e2e: build images tools helm ## the GPU scenarios on the real local node (root)
 	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
 
+# make bench-node: pod create to Running through DRA (both ways of asking)
+# against the device plugin's, BENCH_NODE_N pods a path, on the local node;
+# with both daemons' idle RSS (BenchmarkGPUPodStart).
+BENCH_NODE_N ?= 10
+.PHONY: bench-node
+bench-node: build images tools ## DRA pod start vs the device plugin's on the real local node, n=BENCH_NODE_N each (root)
+	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkGPUPodStart$$' -benchtime $(BENCH_NODE_N)x -timeout 40m $(MODULE)/e2e/scenarios/
+
 # make gpu-bundle: _out/gpu-bundle.tar.gz, everything e2e/gpu/check.sh needs on a
 # machine with a real GPU and driver but no network and no Go (e2e/gpu/README.md).
 GPU_BUNDLE ?= $(CURDIR)/_out/gpu-bundle.tar.gz

@@ -100,7 +100,7 @@ func runMain(m *testing.M) int {
 }
 
 // need returns the shared node or skips t.
-func need(t *testing.T) *simnode.Deployer {
+func need(t testing.TB) *simnode.Deployer {
 	t.Helper()
 	if suite == nil {
 		t.Skip(skipWhy)

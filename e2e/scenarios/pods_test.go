@@ -44,7 +44,7 @@ var gpuPod = podSpec{gpu: true, runtimeClass: true}
 var sleeper = []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"}
 
 // createPod creates a busybox pod that sleeps, and deletes it when t ends.
-func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
+func createPod(t testing.TB, ctx context.Context, name string, s podSpec) {
 	t.Helper()
 	d := need(t)
 	ann := map[string]string{}
@@ -87,7 +87,7 @@ func createPod(t *testing.T, ctx context.Context, name string, s podSpec) {
 // the GPU is free again. The API object goes at once with a zero grace
 // period while kubelet still stops the containers; until they stop,
 // nvinject-nri rightly refuses the next pod given the same GPU.
-func deletePod(t *testing.T, name string) {
+func deletePod(t testing.TB, name string) {
 	t.Helper()
 	d := need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -168,7 +168,7 @@ func crictl(ctx context.Context, d *simnode.Deployer, args ...string) (string, e
 }
 
 // waitPod polls pod name until cond accepts it.
-func waitPod(t *testing.T, ctx context.Context, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+func waitPod(t testing.TB, ctx context.Context, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	d := need(t)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -252,7 +252,7 @@ func waitEvent(t *testing.T, ctx context.Context, name, reason, text string) str
 
 // containerGPUs runs nvidia-smi-sim (the SIMULATED GPUs' UUID query, in the
 // test images) in pod name and returns its GPU UUIDs.
-func containerGPUs(t *testing.T, ctx context.Context, name string) []string {
+func containerGPUs(t testing.TB, ctx context.Context, name string) []string {
 	t.Helper()
 	out, err := need(t).Kube().Exec(ctx, ns, name, "", "nvidia-smi-sim", "--query-gpu=uuid,name,memory.total", "--format=csv,noheader")
 	if err != nil {

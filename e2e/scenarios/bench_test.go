@@ -1,0 +1,85 @@
+package scenarios
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkGPUPodStart is the DRA path's pod start against its anchor, the
+// device plugin's, in the same run on the same node. device-plugin: pods
+// ask nvidia.com/gpu: 1 through the device plugin. Then the node moves to
+// nvinject-dra, and dra: each iteration a pod asks the same way (KEP-5004)
+// and one asks by ResourceClaimTemplate. The node moves back after. Each
+// sample is create to Running; the pod is then deleted (until its sandbox
+// has stopped), untimed. The two paths cannot interleave pod by pod: a node
+// has one owner of its GPU and a move takes seconds. make bench-node runs
+// it with -benchtime 10x (n = 10 a path); the ratios to the anchor and both
+// daemons' idle RSS are the parent's log lines.
+func BenchmarkGPUPodStart(b *testing.B) {
+	d := need(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	if err := d.ImportDRAImage(ctx); err != nil {
+		b.Fatal(err)
+	}
+	start := func(b *testing.B, name string, s podSpec, claim string) time.Duration {
+		t0 := time.Now()
+		createDRAPod(b, ctx, name, s, claim)
+		waitPod(b, ctx, name, 2*time.Minute, "Running", running)
+		took := time.Since(t0)
+		deletePod(b, name)
+		return took
+	}
+	var dp, ext, tmpl []time.Duration
+	b.Run("device-plugin", func(b *testing.B) {
+		for b.Loop() {
+			dp = append(dp, start(b, "bench-dp-"+strconv.Itoa(len(dp)), gpuPod, ""))
+		}
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(p50ms(dp), "p50-ms")
+	})
+	dpRSS, dpErr := processRSS("nvinject-device-plugin")
+	if _, err := d.SwitchToDRA(ctx, dep, 3*time.Minute); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if _, err := d.SwitchToDevicePlugin(context.Background(), dep, 3*time.Minute); err != nil {
+			b.Errorf("move the node back to the device plugin: %v", err)
+		}
+	})
+	waitCapacity(b, ctx, 0, time.Minute)
+	createTemplate(b, ctx)
+	b.Run("dra", func(b *testing.B) {
+		for b.Loop() {
+			i := strconv.Itoa(len(ext))
+			ext = append(ext, start(b, "bench-dra-ext-"+i, gpuPod, ""))
+			tmpl = append(tmpl, start(b, "bench-dra-claim-"+i, podSpec{runtimeClass: true}, "gpu-80gb"))
+		}
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(p50ms(ext), "ext-p50-ms")
+		b.ReportMetric(p50ms(tmpl), "claim-p50-ms")
+	})
+	draRSS, draErr := processRSS("nvinject-dra")
+	if len(dp) == 0 || len(ext) == 0 {
+		b.Fatal("a path measured no pod")
+	}
+	b.Logf("FIGURE pod create to Running p50 (n=%d, %d): device plugin (anchor) %.0f ms; DRA extended resource %.0f ms = %.2fx; DRA ResourceClaimTemplate %.0f ms = %.2fx",
+		len(dp), len(ext), p50ms(dp), p50ms(ext), p50ms(ext)/p50ms(dp), p50ms(tmpl), p50ms(tmpl)/p50ms(dp))
+	if dpErr != nil || draErr != nil {
+		b.Logf("idle RSS not read: %v; %v", dpErr, draErr)
+		return
+	}
+	b.Logf("FIGURE idle RSS: nvinject-device-plugin (anchor) %.1f MiB, nvinject-dra %.1f MiB = %.2fx", float64(dpRSS)/1024, float64(draRSS)/1024, float64(draRSS)/float64(dpRSS))
+}
+
+func p50ms(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[len(s)/2]) / float64(time.Millisecond)
+}
