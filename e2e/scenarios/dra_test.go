@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -488,32 +487,4 @@ func waitDRARegistered(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// processRSS is the resident set (KiB) of the host process running
-// /usr/bin/<program> (a container's process is a host process).
-func processRSS(program string) (int64, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.HasPrefix(cmd, []byte("/usr/bin/"+program+"\x00")) {
-			continue
-		}
-		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil {
-			return 0, err
-		}
-		for _, l := range strings.Split(string(status), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-				return strconv.ParseInt(f[1], 10, 64)
-			}
-		}
-	}
-	return 0, fmt.Errorf("no process /usr/bin/%s on this host", program)
 }
