@@ -1,20 +1,26 @@
 // Package gpunode is the GPU node both kubelet plugins serve, and its one
-// lifecycle: the metrics and health endpoints (with the simulation's fault
-// routes under --nvml=sim:...), NVML opened with the one retry policy, the
-// GPUs discovered and selected, the node's one CDI spec written, their
-// health tracked with its checkpoint and recovered on SIGHUP. The plugin's
-// own protocol then runs over the GPUs (Serve), and NVML is closed only
-// after the health watch and the protocol have returned.
+// lifecycle: the metrics and health endpoints, NVML opened with the one
+// retry policy, the GPUs discovered and selected, the node's one CDI spec
+// written, their health tracked with its checkpoint and recovered on
+// SIGHUP. The plugin's own protocol then runs over the GPUs (Serve), and
+// NVML is closed only after the health watch and the protocol have
+// returned.
+//
+// The Node is product; it knows nothing of the simulation. Under
+// --nvml=sim:... New bolts the simulation's seam (gpunode/simdebug) on
+// through the Node's generic options (simulation.go, the one place): the
+// seam opens the simulated NVML, serves its fault routes and learns the
+// published GPUs' health tracker.
 package gpunode
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +30,6 @@ import (
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodeconfig"
-	"github.com/nvinject/nvinject/gpunode/simdebug"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -33,7 +38,8 @@ import (
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
-// OpenFunc opens NVML: backend.Open, or a test's simulated node.
+// OpenFunc opens NVML: backend.Open, the simulation's seam, or a test's
+// simulated node.
 type OpenFunc func(nvml string, o backend.Options) (*backend.Backend, error)
 
 // GPUs is what the node hands a plugin's protocol.
@@ -81,21 +87,43 @@ type Node struct {
 	nvmlRetry time.Duration
 	ready     func() error
 	names     HealthMetrics
+	routes    map[string]http.Handler
+	onPublish []func(GPUs)
 
 	reg     *prometheus.Registry
 	events  *prometheus.CounterVec
 	healthy *prometheus.GaugeVec
 	// state is why the node is not ready: NVML not open yet, or failing.
-	state   *httpserve.Readiness
-	tracker atomic.Pointer[health.Tracker]
-	sim     atomic.Pointer[backend.Backend]
+	state *httpserve.Readiness
 }
 
 // Option configures a Node.
 type Option func(*Node)
 
-// WithOpen replaces how NVML is opened (tests keep the simulated node).
+// WithOpen replaces how NVML is opened (tests keep the simulated node),
+// the simulation's seam's opener included.
 func WithOpen(f OpenFunc) Option { return func(n *Node) { n.open = f } }
+
+// WithRoutes adds handlers, by pattern, to the metrics address. They are
+// served from the start, before NVML is open, and must answer on their own
+// until then (the simulation's fault routes answer 503).
+func WithRoutes(routes map[string]http.Handler) Option {
+	return func(n *Node) {
+		if n.routes == nil {
+			n.routes = map[string]http.Handler{}
+		}
+		for p, h := range routes {
+			n.routes[p] = h
+		}
+	}
+}
+
+// WithOnPublish calls f with the GPUs once they are published and their
+// health tracker made, before health tracking and the protocol start (the
+// simulation's seam learns the tracker; tests keep it).
+func WithOnPublish(f func(GPUs)) Option {
+	return func(n *Node) { n.onPublish = append(n.onPublish, f) }
+}
 
 // WithRecoverSignal asks NVML about every GPU, and clears the Xid and loss
 // marks of those it vouches for, on each receive (SIGHUP).
@@ -115,12 +143,13 @@ func WithHealthMetrics(m HealthMetrics) Option { return func(n *Node) { n.names 
 // checkpointFile is the health checkpoint's name in --state-dir.
 const checkpointFile = "health.json"
 
-// New returns the node for cfg. The plugin registers its own collectors
-// on Registry before Run.
+// New returns the node for cfg: under --nvml=sim:... with the
+// simulation's seam (simulation.go), which opts may override (WithOpen).
+// The plugin registers its own collectors on Registry before Run.
 func New(cfg nodeconfig.Config, log *slog.Logger, opts ...Option) *Node {
 	n := &Node{cfg: cfg, log: log, open: backend.Open, nvmlRetry: 10 * time.Second, ready: func() error { return nil },
 		reg: prometheus.NewRegistry(), state: httpserve.NewReadiness("starting")}
-	for _, o := range opts {
+	for _, o := range append(simulation(cfg.NVML), opts...) {
 		o(n)
 	}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -145,10 +174,6 @@ func (n *Node) Ready() error {
 	return n.ready()
 }
 
-// Tracker is the GPUs' health tracker, nil until the GPUs are published
-// (tests drive recovery through it).
-func (n *Node) Tracker() *health.Tracker { return n.tracker.Load() }
-
 // Run serves the metrics and health endpoints and the node until ctx ends
 // or a part fails, and returns the first failure: bad GPU selection, CDI
 // spec failure, NVML missing with --on-nvml-error=exit, the metrics address
@@ -156,11 +181,8 @@ func (n *Node) Tracker() *health.Tracker { return n.tracker.Load() }
 // returns.
 func (n *Node) Run(ctx context.Context, serve Serve) error {
 	web := httpserve.New(n.cfg.MetricsAddr, n.reg, httpserve.WithLogger(n.log), httpserve.WithReady(n.Ready))
-	if n.cfg.NVML != backend.Real {
-		late := simdebug.Late{Node: &n.sim, Tracker: &n.tracker}
-		for pattern, h := range simdebug.Routes(late, late) {
-			web.Handle(pattern, h)
-		}
+	for pattern, h := range n.routes {
+		web.Handle(pattern, h)
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return web.Run(ctx) })
@@ -175,9 +197,6 @@ func (n *Node) serveNVML(ctx context.Context, serve Serve) error {
 		return err
 	}
 	n.state.SetReady()
-	if b.Sim != nil {
-		n.sim.Store(b)
-	}
 	err = n.publish(ctx, b, serve)
 	if cerr := b.Close(); cerr != nil {
 		n.log.Warn("closing NVML failed", logging.Err(cerr))
@@ -241,7 +260,9 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 
 	gpus := GPUs{Node: node, Published: published, CDIName: gen.QualifiedName}
 	gpus.Health = n.newTracker(gpus)
-	n.tracker.Store(gpus.Health)
+	for _, f := range n.onPublish {
+		f(gpus)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)

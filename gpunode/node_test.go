@@ -184,7 +184,7 @@ func TestCleanShutdownWithHealthEventsInFlight(t *testing.T) {
 				if err != nil {
 					return nil, err
 				}
-				return &backend.Backend{Inventory: inv, Sim: node}, nil
+				return &backend.Backend{Inventory: inv}, nil
 			}
 			n := New(cfg, quietLog(), WithOpen(open))
 			ctx, cancel := context.WithCancel(context.Background())
@@ -358,10 +358,10 @@ func TestNVMLMissing(t *testing.T) {
 // monitoring vouches for a GPU, 0 once Xid 79 takes it off the bus, and
 // the Xid counted.
 func TestHealthMetrics(t *testing.T) {
-	var opened atomic.Pointer[backend.Backend]
+	var opened atomic.Pointer[sim.Node]
 	open := func(v string, o backend.Options) (*backend.Backend, error) {
-		b, err := backend.Open(v, o)
-		opened.Store(b)
+		b, node, err := backend.OpenSimulated(v, o)
+		opened.Store(node)
 		return b, err
 	}
 	n := New(config(t), quietLog(), WithOpen(open), WithHealthMetrics(HealthMetrics{
@@ -384,7 +384,7 @@ func TestHealthMetrics(t *testing.T) {
 		}
 	}
 	until("both GPUs Healthy", func() bool { return gauge(simUUID(0), "gpu-0") == 1 && gauge(simUUID(1), "gpu-1") == 1 })
-	if err := opened.Load().Sim.InjectXid(simUUID(1), 79); err != nil {
+	if err := opened.Load().InjectXid(simUUID(1), 79); err != nil {
 		t.Fatal(err)
 	}
 	until("GPU 1 Unhealthy", func() bool { return gauge(simUUID(1), "gpu-1") == 0 })

@@ -63,7 +63,7 @@ func benchXid(b *testing.B, args ...string) {
 	r := start(b, "sim:a100-80gb*8", args...)
 	next := r.watch(b)
 	untilHealth(b, next, simUUID(0), pluginapi.Healthy)
-	rec := r.d.node.Tracker()
+	rec := r.tracker.Load()
 	var lat []time.Duration
 	for b.Loop() {
 		t0 := time.Now()

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
 	"github.com/nvinject/nvinject/gpunode"
+	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
@@ -33,6 +35,7 @@ type rig struct {
 	dir     string
 	kubelet *kubelettest.Kubelet
 	sim     *sim.Node
+	tracker atomic.Pointer[health.Tracker] // the running daemon's, once it published
 	client  pluginapi.DevicePluginClient
 	stop    func()
 	done    chan error
@@ -70,13 +73,15 @@ func start(t testing.TB, nvml string, args ...string) *rig {
 func (r *rig) run(t testing.TB, opts ...Option) {
 	t.Helper()
 	open := func(v string, o backend.Options) (*backend.Backend, error) {
-		b, err := backend.Open(v, o)
+		b, node, err := backend.OpenSimulated(v, o)
 		if err == nil {
-			r.sim = b.Sim
+			r.sim = node
 		}
 		return b, err
 	}
-	opts = append([]Option{WithNode(gpunode.WithOpen(open), gpunode.WithNVMLRetry(10*time.Millisecond)), WithTimings(10*time.Millisecond, 10*time.Second)}, opts...)
+	r.tracker.Store(nil)
+	published := gpunode.WithOnPublish(func(g gpunode.GPUs) { r.tracker.Store(g.Health) })
+	opts = append([]Option{WithNode(gpunode.WithOpen(open), gpunode.WithNVMLRetry(10*time.Millisecond), published), WithTimings(10*time.Millisecond, 10*time.Second)}, opts...)
 	d := New(r.cfg, quietLog(), opts...)
 	r.d = d
 	ctx, cancel := context.WithCancel(context.Background())
@@ -178,7 +183,7 @@ func TestXidUpdatesListAndWatchAndIgnoredXidDoesNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Operator recovery (the sim endpoint's and SIGHUP's path).
-	if err := r.d.node.Tracker().Recover(context.Background(), simUUID(1)); err != nil {
+	if err := r.tracker.Load().Recover(context.Background(), simUUID(1)); err != nil {
 		t.Fatal(err)
 	}
 	if h := healthOf(next()); h[simUUID(1)] != pluginapi.Healthy || h[simUUID(0)] != pluginapi.Healthy {

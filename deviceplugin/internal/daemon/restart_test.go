@@ -17,12 +17,12 @@ import (
 // as a node that comes up with a bad GPU.
 func (r *rig) openWithFault(i int, f sim.Fault) Option {
 	return WithNode(gpunode.WithOpen(func(v string, o backend.Options) (*backend.Backend, error) {
-		b, err := backend.Open(v, o)
+		b, node, err := backend.OpenSimulated(v, o)
 		if err != nil {
 			return nil, err
 		}
-		r.sim = b.Sim
-		return b, b.Sim.InjectFault(simUUID(i), f)
+		r.sim = node
+		return b, node.InjectFault(simUUID(i), f)
 	}))
 }
 
@@ -60,7 +60,7 @@ func TestXid79StaysUnhealthyAcrossRestarts(t *testing.T) {
 			t.Fatalf("first list after restart %d = %v; want GPU 0 still Unhealthy", restart+1, h)
 		}
 	}
-	rec := r.d.node.Tracker()
+	rec := r.tracker.Load()
 	if err := r.sim.InjectFault(simUUID(0), sim.FaultLost); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestQuietPeriodWaitsForNVML(t *testing.T) {
 	}
 	untilHealth(t, next, simUUID(0), pluginapi.Unhealthy)
 	time.Sleep(150 * time.Millisecond) // several quiet periods
-	st := r.d.node.Tracker().States()
+	st := r.tracker.Load().States()
 	if st[0].Healthy || !strings.Contains(st[0].Reason, "retired pages are pending") {
 		t.Fatalf("after the quiet period with pages pending: %+v; want Unhealthy, saying why", st)
 	}

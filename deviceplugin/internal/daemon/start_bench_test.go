@@ -64,7 +64,7 @@ func BenchmarkStartToFirstHealthyList(b *testing.B) {
 		node := sim.New(spec)
 		// A short event wait keeps each iteration's shutdown short.
 		inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithSimulated(), nvmlinv.WithWaitSlice(time.Millisecond))
-		return &backend.Backend{Inventory: inv, Sim: node}, err
+		return &backend.Backend{Inventory: inv}, err
 	}
 	var reg, list []time.Duration
 	for b.Loop() {

@@ -89,7 +89,7 @@ func TestHeldAndXid(t *testing.T) {
 	if err := r.sim.InjectXid(simUUID(1), 79); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); r.d.node.Tracker().Healthy(simUUID(1)); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); r.tracker.Load().Healthy(simUUID(1)); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the tracker never saw Xid 79")
 		}

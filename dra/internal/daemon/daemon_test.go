@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,9 +57,11 @@ type rig struct {
 	client *fake.Clientset
 	cfg    config.Config
 	sim    *sim.Node
-	d      *Daemon
-	stop   func()
-	done   chan error
+	// tracker is the running daemon's health tracker, once it published.
+	tracker atomic.Pointer[health.Tracker]
+	d       *Daemon
+	stop    func()
+	done    chan error
 }
 
 func newRig(t testing.TB, nvml string, extra ...string) *rig {
@@ -90,13 +93,15 @@ func (r *rig) start(t testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	open := func(v string, o backend.Options) (*backend.Backend, error) {
-		b, err := backend.Open(v, o)
+		b, node, err := backend.OpenSimulated(v, o)
 		if err == nil {
-			r.sim = b.Sim
+			r.sim = node
 		}
 		return b, err
 	}
-	r.d = New(r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithNode(gpunode.WithOpen(open)), WithKubeClient(r.client),
+	r.tracker.Store(nil)
+	published := gpunode.WithOnPublish(func(g gpunode.GPUs) { r.tracker.Store(g.Health) })
+	r.d = New(r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), WithNode(gpunode.WithOpen(open), published), WithKubeClient(r.client),
 		WithTimings(100*time.Millisecond, time.Second),
 		WithHoldEndpoint(func(ctx context.Context, kubeletDir, resource string, _ *slog.Logger) error {
 			r.holds <- [2]string{kubeletDir, resource}
@@ -151,7 +156,7 @@ func (r *rig) register(t testing.TB) *registerapi.PluginInfo {
 	}
 	until(t, "readiness after registration", func() bool { return r.d.Ready() == nil })
 	until(t, "every GPU Healthy", func() bool {
-		tr := r.d.node.Tracker()
+		tr := r.tracker.Load()
 		return tr != nil && !slices.ContainsFunc(tr.States(), func(s health.State) bool { return !s.Healthy })
 	})
 	return info
@@ -418,7 +423,7 @@ func TestXidTaintsAndHealthStream(t *testing.T) {
 	}
 	waitHealth(drahealthv1.HealthStatus_UNHEALTHY)
 	until(t, "the taint", tainted)
-	if err := r.d.node.Tracker().Recover(context.Background(), uuid); err != nil {
+	if err := r.tracker.Load().Recover(context.Background(), uuid); err != nil {
 		t.Fatal(err)
 	}
 	waitHealth(drahealthv1.HealthStatus_HEALTHY)

@@ -13,28 +13,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/kubeclient"
 )
 
 // NewClient builds the API client from kubeconfig, or from the pod's
-// service account when kubeconfig is empty; userAgent names the program.
+// service account when kubeconfig is empty (shared/kubeclient); userAgent
+// names the program.
 func NewClient(kubeconfig, userAgent string) (kubernetes.Interface, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := kubeclient.Config(kubeconfig, userAgent)
 	if err != nil {
-		return nil, fmt.Errorf("API server configuration (--kubeconfig=%s): %w; give a kubeconfig, or run in a pod with a service account (a node without kube-proxy: set KUBERNETES_SERVICE_HOST/PORT to the API server's address)", contract.Quote(kubeconfig), err)
+		return nil, err
 	}
-	cfg.UserAgent = userAgent
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)

@@ -16,8 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/config"
@@ -28,9 +26,9 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/simfault"
 	"github.com/nvinject/nvinject/shared/cli"
-	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/httpserve"
+	"github.com/nvinject/nvinject/shared/kubeclient"
 	"github.com/nvinject/nvinject/shared/logging"
 	"github.com/nvinject/nvinject/shared/version"
 )
@@ -140,21 +138,13 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // the pod's service account. Only core/v1: the whole clientset would
 // triple the binary.
 func apiClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
+	cfg, err := kubeclient.Config(kubeconfig, name)
 	if err != nil {
-		return nil, fmt.Errorf("API server configuration (--kubeconfig=%s): %w; give a kubeconfig, or run in a pod with the nvinject-nri service account (a node without kube-proxy: set KUBERNETES_SERVICE_HOST/PORT to the API server's address)", contract.Quote(kubeconfig), err)
+		return nil, err
 	}
 	// kubelet's own Event rate (--event-qps, --event-burst); client-go's
 	// default 5/s would queue a burst of GPU pods.
-	cfg.UserAgent, cfg.QPS, cfg.Burst = name, 50, 100
+	cfg.QPS, cfg.Burst = 50, 100
 	c, err := typedcorev1.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)

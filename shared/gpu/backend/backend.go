@@ -1,5 +1,10 @@
 // Package backend opens the GPU inventory an --nvml value names: the real
-// NVML library of the host's driver, or nvinject's simulated node.
+// NVML library of the host's driver, or nvinject's SIMULATED node
+// (shared/gpu/sim) for "sim:...". This is where the simulation is chosen
+// for NVML; a Backend is the same product type either way and carries
+// nothing of the simulation. The simulation's own controls (its Xids and
+// faults) come only from OpenSimulated, which the simulation's seam for the
+// kubelet plugins (gpunode/simdebug) calls.
 package backend
 
 import (
@@ -15,10 +20,9 @@ import (
 // Real is the --nvml value for the host's NVML.
 const Real = "real"
 
-// Backend is an opened inventory; Sim is set only for a simulated node.
+// Backend is an opened inventory.
 type Backend struct {
 	*nvmlinv.Inventory
-	Sim *sim.Node
 }
 
 // Options are the host paths the real backend reads.
@@ -38,20 +42,8 @@ func Open(value string, o Options) (*Backend, error) {
 		value = Real
 	}
 	if sim.IsSim(value) {
-		spec, err := sim.ParseSpec(value)
-		if err != nil {
-			return nil, err
-		}
-		source, err := simDriver(&spec, value, o.DriverRoot)
-		if err != nil {
-			return nil, err
-		}
-		node := sim.New(spec)
-		inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source))
-		if err != nil {
-			return nil, err
-		}
-		return &Backend{Inventory: inv, Sim: node}, nil
+		b, _, err := OpenSimulated(value, o)
+		return b, err
 	}
 	if value != Real {
 		return nil, fmt.Errorf("--nvml=%q is not valid: use %q for the host's GPUs or sim:a100-80gb[*N] for a simulated node", value, Real)
@@ -77,6 +69,25 @@ func Open(value string, o Options) (*Backend, error) {
 		return nil, fmt.Errorf("open NVML (%s, driver root %s): %w", lib, o.DriverRoot, err)
 	}
 	return &Backend{Inventory: inv}, nil
+}
+
+// OpenSimulated is Open for a SIMULATED node ("sim:..."), and also returns
+// the simulated node itself: the equipment that injects its Xids and faults.
+func OpenSimulated(value string, o Options) (*Backend, *sim.Node, error) {
+	spec, err := sim.ParseSpec(value)
+	if err != nil {
+		return nil, nil, err
+	}
+	source, err := simDriver(&spec, value, o.DriverRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	node := sim.New(spec)
+	inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &Backend{Inventory: inv}, node, nil
 }
 
 // simDriver settles the simulated driver version: the value's driver=

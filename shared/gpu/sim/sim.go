@@ -1,6 +1,10 @@
 // Package sim is nvinject's SIMULATED GPU node: go-nvml's mock NVML server
-// (DGX A100 shape) made deterministic, with injectable health events. It is
-// test and demo equipment; nothing here talks to a real GPU.
+// (DGX A100 shape) made deterministic, with injectable health events (Xids)
+// and NVML health faults. It is SIMULATION equipment for tests and demos;
+// nothing here talks to a real GPU. It is chosen in one place,
+// shared/gpu/backend, for an --nvml value "sim:..."; the kubelet plugins'
+// HTTP fault routes over it are gpunode/simdebug (gpunode/README.md lists
+// the whole simulation seam).
 package sim
 
 import (
