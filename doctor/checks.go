@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -18,11 +19,11 @@ type Check struct {
 	Seed string
 	// Reads is the evidence the check judges.
 	Reads string
-	Eval  func(Evidence) Verdict
+	Eval  func(evidence.Evidence) Verdict
 	// DRASymptom, DRAReads and DRAEval replace the above on a DRA-mode
 	// node; nil DRAEval means the layer is the same on both paths.
 	DRASymptom, DRAReads string
-	DRAEval              func(Evidence) Verdict
+	DRAEval              func(evidence.Evidence) Verdict
 }
 
 // Checks are the seed's rows, in chain order.
@@ -70,7 +71,7 @@ var Checks = []Check{
 }
 
 // Evaluate runs every check on e.
-func Evaluate(e Evidence) []Verdict {
+func Evaluate(e evidence.Evidence) []Verdict {
 	out := make([]Verdict, 0, len(Checks))
 	for _, c := range Checks {
 		eval, symptom := c.Eval, c.Symptom
@@ -158,7 +159,7 @@ func num(p *float64) string {
 	return strconv.FormatFloat(*p, 'f', -1, 64)
 }
 
-func checkDriver(e Evidence) Verdict {
+func checkDriver(e evidence.Evidence) Verdict {
 	var f finding
 	s := e.SMI
 	switch {
@@ -174,7 +175,7 @@ func checkDriver(e Evidence) Verdict {
 		}
 		if sel := e.Selected; sel.Unread == "" && !sel.All {
 			for _, u := range sel.UUIDs {
-				if !slices.ContainsFunc(s.GPUs, func(g GPU) bool { return g.UUID == u }) {
+				if !slices.ContainsFunc(s.GPUs, func(g evidence.GPU) bool { return g.UUID == u }) {
 					f.problem(fixSelected, "selected GPU %s (%s) is not among the GPUs nvidia-smi lists", u, sel.Source)
 				}
 			}
@@ -187,7 +188,7 @@ func checkDriver(e Evidence) Verdict {
 // would be missing. Only the first cause in chain order is a problem; what
 // follows from it (no registration without kubelet.sock, no stream without
 // a registration) is kept as a fact.
-func registrationCauses(e Evidence, f *finding) {
+func registrationCauses(e evidence.Evidence, f *finding) {
 	k, p := e.KubeletDir, e.Plugin
 	if k.Unread == "" {
 		f.fact("%s: kubelet.sock present=%t, plugin sockets %v", k.Dir, k.KubeletSocket, k.PluginSockets)
@@ -196,16 +197,16 @@ func registrationCauses(e Evidence, f *finding) {
 		f.fact("plugin metrics: registrations ok=%s error=%s listAndWatchStreams=%s devices=%d", num(p.Registrations), num(p.RegistrationErrors), num(p.Streams), len(p.Devices))
 	}
 	d := e.PluginPod
-	if d.known() {
-		f.fact("nvinject-device-plugin: %s", d.describe())
+	if d.Known() {
+		f.fact("nvinject-device-plugin: %s", d.Describe())
 	}
 	switch {
 	case k.Unread == "" && !k.KubeletSocket:
 		f.problem(fixKubelet, "no kubelet.sock in %s: kubelet is not running or uses another root dir", k.Dir)
-	case d.known() && !d.running() && podResourcesDown(p):
-		f.problem(fixPodResources, "nvinject-device-plugin on %s is not ready: it cannot read kubelet's PodResources (%s holder=%s): %s", e.Node, MetricGPUHeld, contract.HeldUnknown, d.describe())
-	case d.known() && !d.running() && (d.Pod != "" || p.Unread != ""):
-		f.problem(daemonFix(d), "nvinject-device-plugin is not running on %s: %s", e.Node, d.describe())
+	case d.Known() && !d.Running() && podResourcesDown(p):
+		f.problem(fixPodResources, "nvinject-device-plugin on %s is not ready: it cannot read kubelet's PodResources (%s holder=%s): %s", e.Node, MetricGPUHeld, contract.HeldUnknown, d.Describe())
+	case d.Known() && !d.Running() && (d.Pod != "" || p.Unread != ""):
+		f.problem(daemonFix(d), "nvinject-device-plugin is not running on %s: %s", e.Node, d.Describe())
 	case k.Unread == "" && len(k.PluginSockets) == 0:
 		f.problem(fixPluginDown, "no device plugin socket in %s", k.Dir)
 	case p.Unread != "":
@@ -218,7 +219,7 @@ func registrationCauses(e Evidence, f *finding) {
 	}
 }
 
-func checkRegistration(e Evidence) Verdict {
+func checkRegistration(e evidence.Evidence) Verdict {
 	var f finding
 	ownerFacts(e, &f)
 	n := e.NodeStatus
@@ -244,8 +245,8 @@ func checkRegistration(e Evidence) Verdict {
 	return f.verdict("")
 }
 
-func unhealthy(p PluginEvidence) []DeviceHealth {
-	var out []DeviceHealth
+func unhealthy(p evidence.PluginEvidence) []evidence.DeviceHealth {
+	var out []evidence.DeviceHealth
 	for _, d := range p.Devices {
 		if !d.Healthy {
 			out = append(out, d)
@@ -256,13 +257,13 @@ func unhealthy(p PluginEvidence) []DeviceHealth {
 
 // podResourcesDown says whether the plugin withholds every GPU because it
 // cannot read kubelet's PodResources.
-func podResourcesDown(p PluginEvidence) bool {
-	return slices.ContainsFunc(p.Held, func(h HeldGPU) bool { return h.Holder == contract.HeldUnknown })
+func podResourcesDown(p evidence.PluginEvidence) bool {
+	return slices.ContainsFunc(p.Held, func(h evidence.HeldGPU) bool { return h.Holder == contract.HeldUnknown })
 }
 
 // heldByDRA are the plugin's GPUs that DRA claims' pods hold.
-func heldByDRA(p PluginEvidence) []HeldGPU {
-	var out []HeldGPU
+func heldByDRA(p evidence.PluginEvidence) []evidence.HeldGPU {
+	var out []evidence.HeldGPU
 	for _, h := range p.Held {
 		if h.Holder == contract.HeldByDRAClaim {
 			out = append(out, h)
@@ -271,7 +272,7 @@ func heldByDRA(p PluginEvidence) []HeldGPU {
 	return out
 }
 
-func checkHealth(e Evidence) Verdict {
+func checkHealth(e evidence.Evidence) Verdict {
 	var f finding
 	bad := unhealthy(e.Plugin)
 	if e.Plugin.Unread == "" {
@@ -301,8 +302,8 @@ func checkHealth(e Evidence) Verdict {
 		f.missing = append(f.missing, fmt.Sprintf("Node %s publishes no %s, so there is no health to judge (see the registration layer)", e.Node, e.Resource))
 	case n.Allocatable < n.Capacity && len(bad) == 0 && (down || len(byDRA) > 0):
 		f.fact("Node %s capacity %s=%d allocatable=%d: the withheld device(s) above", e.Node, e.Resource, n.Capacity, n.Allocatable)
-	case n.Allocatable < n.Capacity && len(bad) == 0 && e.PluginPod.known() && !e.PluginPod.running():
-		f.problem(daemonFix(e.PluginPod), "Node %s capacity %s=%d but allocatable=%d because nvinject-device-plugin stopped (%s): kubelet keeps a gone plugin's capacity and counts its devices unavailable; no GPU health event is involved", e.Node, e.Resource, n.Capacity, n.Allocatable, e.PluginPod.describe())
+	case n.Allocatable < n.Capacity && len(bad) == 0 && e.PluginPod.Known() && !e.PluginPod.Running():
+		f.problem(daemonFix(e.PluginPod), "Node %s capacity %s=%d but allocatable=%d because nvinject-device-plugin stopped (%s): kubelet keeps a gone plugin's capacity and counts its devices unavailable; no GPU health event is involved", e.Node, e.Resource, n.Capacity, n.Allocatable, e.PluginPod.Describe())
 	case n.Allocatable < n.Capacity:
 		f.problem(fixRecover, "Node %s capacity %s=%d but allocatable=%d: kubelet holds %d device(s) Unhealthy", e.Node, e.Resource, n.Capacity, n.Allocatable, n.Capacity-n.Allocatable)
 	default:
@@ -312,7 +313,7 @@ func checkHealth(e Evidence) Verdict {
 }
 
 // daemonFix tells how to get a stopped daemon's pod running again.
-func daemonFix(d DaemonEvidence) string {
+func daemonFix(d evidence.DaemonEvidence) string {
 	logs := fmt.Sprintf("kubectl -n %s logs ds/%s --previous --tail=100", d.Namespace, d.App)
 	switch {
 	case d.Pod == "":
@@ -330,7 +331,7 @@ func eventsNote(events []string) string {
 	return " (plugin counted health events: " + strings.Join(events, ", ") + ")"
 }
 
-func checkScheduling(e Evidence) Verdict {
+func checkScheduling(e evidence.Evidence) Verdict {
 	var f finding
 	l := e.Ledger
 	if l.Unread != "" {
@@ -378,7 +379,7 @@ func checkScheduling(e Evidence) Verdict {
 }
 
 // draHolders names each withheld GPU's pod and claim.
-func draHolders(hs []HeldGPU) []string {
+func draHolders(hs []evidence.HeldGPU) []string {
 	out := make([]string, len(hs))
 	for i, h := range hs {
 		out[i] = fmt.Sprintf("pod %s (claim %s, %s)", h.Pod, h.Claim, h.UUID)
@@ -393,7 +394,7 @@ func orNone(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-func checkAllocate(e Evidence) Verdict {
+func checkAllocate(e evidence.Evidence) Verdict {
 	var f finding
 	if e.Plugin.Unread == "" && e.Plugin.AllocateErrors != nil {
 		f.fact("plugin counted %s failed Allocate calls since it started", num(e.Plugin.AllocateErrors))
@@ -416,7 +417,7 @@ func checkAllocate(e Evidence) Verdict {
 	return f.verdict("")
 }
 
-func checkCDIRuntime(e Evidence) Verdict {
+func checkCDIRuntime(e evidence.Evidence) Verdict {
 	var f finding
 	cdiFacts(e.CDI, &f)
 	rc := e.RuntimeCls
@@ -435,7 +436,7 @@ func checkCDIRuntime(e Evidence) Verdict {
 	return f.verdict("run the doctor on the worker with --cdi-spec-dir and --containerd-config, and give it the cluster (--kubeconfig)")
 }
 
-func cdiFacts(c CDIEvidence, f *finding) {
+func cdiFacts(c evidence.CDIEvidence, f *finding) {
 	if c.Unread != "" {
 		f.unread("CDI specs in "+strings.Join(c.Dirs, ","), c.Unread)
 		return
@@ -455,7 +456,7 @@ func cdiFacts(c CDIEvidence, f *finding) {
 	}
 }
 
-func containerdFacts(e Evidence, f *finding) {
+func containerdFacts(e evidence.Evidence, f *finding) {
 	c := e.Containerd
 	if c.Unread != "" {
 		f.unread("containerd config "+c.Path, c.Unread)
@@ -477,7 +478,7 @@ func containerdFacts(e Evidence, f *finding) {
 	}
 }
 
-func nriFacts(n NRIEvidence, f *finding) {
+func nriFacts(n evidence.NRIEvidence, f *finding) {
 	if n.MetricsUnread != "" {
 		f.fact("nvinject-nri metrics %s not read: %s", n.URL, n.MetricsUnread)
 	} else {
@@ -524,7 +525,7 @@ func cudaLine(log string) string {
 	return ""
 }
 
-func checkApplication(e Evidence) Verdict {
+func checkApplication(e evidence.Evidence) Verdict {
 	var f finding
 	a := e.App
 	if a.Unread != "" {
@@ -541,13 +542,13 @@ func checkApplication(e Evidence) Verdict {
 	return f.verdict("the container has not started; fix the earlier layers first")
 }
 
-func appPod(p AppPod, f *finding) {
+func appPod(p evidence.AppPod, f *finding) {
 	if len(p.Containers) == 0 {
 		f.missing = append(f.missing, fmt.Sprintf("pod %s is %s with no container started", p.PodRef, p.Phase))
 		return
 	}
 	for _, c := range p.Containers {
-		ref := PodRef{Namespace: p.Namespace, Name: p.Name, Container: c.Name}
+		ref := evidence.PodRef{Namespace: p.Namespace, Name: p.Name, Container: c.Name}
 		probeFindings(ref, c.Probe, f)
 		if line := cudaLine(c.LogTail); line != "" {
 			f.problem(fixApp, "%s log: %s", ref, line)

@@ -3,6 +3,8 @@ package doctor
 import (
 	"strings"
 	"testing"
+
+	"github.com/nvinject/nvinject/doctor/evidence"
 )
 
 const uuid = "GPU-4f1c7a52-9b7e-4c1d-8a3e-000000000001"
@@ -15,23 +17,23 @@ func f64(v float64) *float64 { return &v }
 
 // healthy is the seed's working chain: one A100 selected, registered,
 // healthy, held by the vLLM pod that runs.
-func healthy() Evidence {
-	return Evidence{
+func healthy() evidence.Evidence {
+	return evidence.Evidence{
 		Node: "k8s-ai-infra-worker", Resource: "nvidia.com/gpu", RuntimeClass: "nvidia",
-		SMI:        SMIEvidence{Path: "nvidia-smi", GPUs: []GPU{{Index: "0", UUID: uuid, Name: "NVIDIA A100-SXM4-80GB", MIGMode: "Disabled"}}},
-		KubeletDir: KubeletDirEvidence{Dir: "/var/lib/kubelet/device-plugins", KubeletSocket: true, PluginSockets: []string{"nvinject-gpu.sock"}},
-		Plugin: PluginEvidence{URL: "http://127.0.0.1:9481/metrics", Registrations: f64(1), Streams: f64(1),
-			Devices: []DeviceHealth{{UUID: uuid, Healthy: true}}, AllocateErrors: f64(0)},
-		NodeStatus: NodeEvidence{Published: true, Capacity: 1, Allocatable: 1},
-		Selected:   SelectedEvidence{Source: "ConfigMap", UUIDs: []string{uuid}},
-		Ledger:     LedgerEvidence{Holders: []GPUHolder{{PodRef: pod("default", "vllm-demo-1"), Phase: "Running", GPUs: 1}}},
-		CDI: CDIEvidence{Dirs: []string{"/var/run/cdi"}, Files: []string{"/var/run/cdi/nvidia.com-gpu.yaml"},
+		SMI:        evidence.SMIEvidence{Path: "nvidia-smi", GPUs: []evidence.GPU{{Index: "0", UUID: uuid, Name: "NVIDIA A100-SXM4-80GB", MIGMode: "Disabled"}}},
+		KubeletDir: evidence.KubeletDirEvidence{Dir: "/var/lib/kubelet/device-plugins", KubeletSocket: true, PluginSockets: []string{"nvinject-gpu.sock"}},
+		Plugin: evidence.PluginEvidence{URL: "http://127.0.0.1:9481/metrics", Registrations: f64(1), Streams: f64(1),
+			Devices: []evidence.DeviceHealth{{UUID: uuid, Healthy: true}}, AllocateErrors: f64(0)},
+		NodeStatus: evidence.NodeEvidence{Published: true, Capacity: 1, Allocatable: 1},
+		Selected:   evidence.SelectedEvidence{Source: "ConfigMap", UUIDs: []string{uuid}},
+		Ledger:     evidence.LedgerEvidence{Holders: []evidence.GPUHolder{{PodRef: pod("default", "vllm-demo-1"), Phase: "Running", GPUs: 1}}},
+		CDI: evidence.CDIEvidence{Dirs: []string{"/var/run/cdi"}, Files: []string{"/var/run/cdi/nvidia.com-gpu.yaml"},
 			Devices: []string{"nvidia.com/gpu=" + uuid, "nvidia.com/gpu=all"}, Wanted: []string{"nvidia.com/gpu=" + uuid}},
-		RuntimeCls: RuntimeClassEvidence{Exists: true, Handler: "nvidia"},
-		Containerd: ContainerdEvidence{Path: "/etc/containerd/config.toml", Handlers: []string{"nvidia", "runc"}, CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
-		NRI:        NRIEvidence{URL: "http://127.0.0.1:9482/metrics", Connected: f64(1)},
-		App: AppEvidence{Selector: "app=vllm-demo", Pods: []AppPod{{PodRef: pod("default", "vllm-demo-1"), Phase: "Running",
-			Containers: []ContainerState{{Name: "vllm", State: "running", Ready: true}}}}},
+		RuntimeCls: evidence.RuntimeClassEvidence{Exists: true, Handler: "nvidia"},
+		Containerd: evidence.ContainerdEvidence{Path: "/etc/containerd/config.toml", Handlers: []string{"nvidia", "runc"}, CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
+		NRI:        evidence.NRIEvidence{URL: "http://127.0.0.1:9482/metrics", Connected: f64(1)},
+		App: evidence.AppEvidence{Selector: "app=vllm-demo", Pods: []evidence.AppPod{{PodRef: pod("default", "vllm-demo-1"), Phase: "Running",
+			Containers: []evidence.ContainerState{{Name: "vllm", State: "running", Ready: true}}}}},
 	}
 }
 
@@ -40,146 +42,146 @@ func TestEvaluate(t *testing.T) {
 	tests := []struct {
 		name   string
 		layer  Layer
-		mutate func(*Evidence)
+		mutate func(*evidence.Evidence)
 		want   Status
 		// evidence and fix must contain these.
 		evidence, fix string
 	}{
 		{"driver ok", LayerDriver, nil, OK, uuid, ""},
-		{"driver fails", LayerDriver, func(e *Evidence) {
-			e.SMI = SMIEvidence{Path: "nvidia-smi", Failed: "exit status 9", Output: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."}
+		{"driver fails", LayerDriver, func(e *evidence.Evidence) {
+			e.SMI = evidence.SMIEvidence{Path: "nvidia-smi", Failed: "exit status 9", Output: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."}
 		}, Broken, "couldn't communicate", "host driver"},
-		{"driver lists no GPU", LayerDriver, func(e *Evidence) { e.SMI.GPUs = nil; e.SMI.Output = "No devices were found" }, Broken, "No devices", "nvkind"},
-		{"selected GPU not on worker", LayerDriver, func(e *Evidence) { e.Selected.UUIDs = []string{"GPU-other"} }, Broken, "GPU-other", "selected-gpu-uuid"},
-		{"nvidia-smi not runnable", LayerDriver, func(e *Evidence) { e.SMI = SMIEvidence{Path: "nvidia-smi", Unread: "not found"} }, Unknown, "not found", "--nvidia-smi"},
+		{"driver lists no GPU", LayerDriver, func(e *evidence.Evidence) { e.SMI.GPUs = nil; e.SMI.Output = "No devices were found" }, Broken, "No devices", "nvkind"},
+		{"selected GPU not on worker", LayerDriver, func(e *evidence.Evidence) { e.Selected.UUIDs = []string{"GPU-other"} }, Broken, "GPU-other", "selected-gpu-uuid"},
+		{"nvidia-smi not runnable", LayerDriver, func(e *evidence.Evidence) { e.SMI = evidence.SMIEvidence{Path: "nvidia-smi", Unread: "not found"} }, Unknown, "not found", "--nvidia-smi"},
 
 		{"registration ok", LayerRegistration, nil, OK, "capacity nvidia.com/gpu=1", ""},
-		{"plugin not registered", LayerRegistration, func(e *Evidence) {
-			e.NodeStatus = NodeEvidence{}
+		{"plugin not registered", LayerRegistration, func(e *evidence.Evidence) {
+			e.NodeStatus = evidence.NodeEvidence{}
 			e.KubeletDir.PluginSockets = nil
-			e.Plugin = PluginEvidence{URL: e.Plugin.URL, Unread: "connection refused"}
+			e.Plugin = evidence.PluginEvidence{URL: e.Plugin.URL, Unread: "connection refused"}
 		}, Broken, "no device plugin socket", "single-gpu-device-plugin"},
-		{"no ListAndWatch", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{}; e.Plugin.Streams = f64(0) }, Broken, "ListAndWatch", "re"},
-		{"plugin gone, stale capacity", LayerRegistration, func(e *Evidence) {
+		{"no ListAndWatch", LayerRegistration, func(e *evidence.Evidence) { e.NodeStatus = evidence.NodeEvidence{}; e.Plugin.Streams = f64(0) }, Broken, "ListAndWatch", "re"},
+		{"plugin gone, stale capacity", LayerRegistration, func(e *evidence.Evidence) {
 			e.NodeStatus.Allocatable = 0
 			e.KubeletDir.PluginSockets = nil
 		}, Broken, "no device plugin socket", "not serving"},
-		{"plugin publishes nothing", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{}; e.Plugin.Devices = nil }, Broken, "publishes no device", "selected-gpu-uuid"},
-		{"kubelet down", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{}; e.KubeletDir.KubeletSocket = false }, Broken, "kubelet.sock", "start kubelet"},
-		{"plugin side broken without API", LayerRegistration, func(e *Evidence) {
-			e.NodeStatus = NodeEvidence{Unread: unread}
+		{"plugin publishes nothing", LayerRegistration, func(e *evidence.Evidence) { e.NodeStatus = evidence.NodeEvidence{}; e.Plugin.Devices = nil }, Broken, "publishes no device", "selected-gpu-uuid"},
+		{"kubelet down", LayerRegistration, func(e *evidence.Evidence) { e.NodeStatus = evidence.NodeEvidence{}; e.KubeletDir.KubeletSocket = false }, Broken, "kubelet.sock", "start kubelet"},
+		{"plugin side broken without API", LayerRegistration, func(e *evidence.Evidence) {
+			e.NodeStatus = evidence.NodeEvidence{Unread: unread}
 			e.Plugin.Registrations = f64(0)
 		}, Broken, "never registered", "logs"},
-		{"plugin not ready: PodResources unreadable", LayerRegistration, func(e *Evidence) {
-			e.PluginPod = DaemonEvidence{App: "single-gpu-device-plugin", Namespace: "nvidia-device-plugin", Pod: "dp-1", Phase: "Running", Ready: false}
-			e.Plugin.Held = []HeldGPU{{UUID: uuid, Holder: "unknown"}}
+		{"plugin not ready: PodResources unreadable", LayerRegistration, func(e *evidence.Evidence) {
+			e.PluginPod = evidence.DaemonEvidence{App: "single-gpu-device-plugin", Namespace: "nvidia-device-plugin", Pod: "dp-1", Phase: "Running", Ready: false}
+			e.Plugin.Held = []evidence.HeldGPU{{UUID: uuid, Holder: "unknown"}}
 		}, Broken, "is not ready: it cannot read kubelet's PodResources", "--pod-resources-socket"},
-		{"plugin side fine without API", LayerRegistration, func(e *Evidence) { e.NodeStatus = NodeEvidence{Unread: unread} }, Unknown, unread, "--kubeconfig"},
+		{"plugin side fine without API", LayerRegistration, func(e *evidence.Evidence) { e.NodeStatus = evidence.NodeEvidence{Unread: unread} }, Unknown, unread, "--kubeconfig"},
 
 		{"health ok", LayerHealth, nil, OK, "allocatable=1", ""},
-		{"device unhealthy", LayerHealth, func(e *Evidence) {
+		{"device unhealthy", LayerHealth, func(e *evidence.Evidence) {
 			e.NodeStatus.Allocatable = 0
-			e.Plugin.Devices[0] = DeviceHealth{UUID: uuid, Healthy: false}
+			e.Plugin.Devices[0] = evidence.DeviceHealth{UUID: uuid, Healthy: false}
 			e.Plugin.HealthEvents = []string{"xid 79"}
 		}, Broken, "health events: xid 79", "/debug/sim/recover"},
-		{"allocatable 0 seen by kubelet only", LayerHealth, func(e *Evidence) { e.NodeStatus.Allocatable = 0 }, Broken, "allocatable=0", "health-quiet-period"},
-		{"unhealthy from metrics without API", LayerHealth, func(e *Evidence) {
-			e.NodeStatus = NodeEvidence{Unread: unread}
+		{"allocatable 0 seen by kubelet only", LayerHealth, func(e *evidence.Evidence) { e.NodeStatus.Allocatable = 0 }, Broken, "allocatable=0", "health-quiet-period"},
+		{"unhealthy from metrics without API", LayerHealth, func(e *evidence.Evidence) {
+			e.NodeStatus = evidence.NodeEvidence{Unread: unread}
 			e.Plugin.Devices[0].Healthy = false
 		}, Broken, uuid, "SIGHUP"},
-		{"healthy from metrics without API", LayerHealth, func(e *Evidence) { e.NodeStatus = NodeEvidence{Unread: unread} }, OK, "healthy=true", ""},
-		{"nothing readable", LayerHealth, func(e *Evidence) {
-			e.NodeStatus = NodeEvidence{Unread: unread}
-			e.Plugin = PluginEvidence{Unread: "refused"}
+		{"healthy from metrics without API", LayerHealth, func(e *evidence.Evidence) { e.NodeStatus = evidence.NodeEvidence{Unread: unread} }, OK, "healthy=true", ""},
+		{"nothing readable", LayerHealth, func(e *evidence.Evidence) {
+			e.NodeStatus = evidence.NodeEvidence{Unread: unread}
+			e.Plugin = evidence.PluginEvidence{Unread: "refused"}
 		}, Unknown, unread, "--device-plugin-metrics"},
-		{"no capacity", LayerHealth, func(e *Evidence) { e.NodeStatus = NodeEvidence{} }, Unknown, "registration layer", ""},
-		{"GPU held by a DRA pod, not an Xid", LayerHealth, func(e *Evidence) {
+		{"no capacity", LayerHealth, func(e *evidence.Evidence) { e.NodeStatus = evidence.NodeEvidence{} }, Unknown, "registration layer", ""},
+		{"GPU held by a DRA pod, not an Xid", LayerHealth, func(e *evidence.Evidence) {
 			e.NodeStatus.Allocatable = 0
-			e.Plugin.Held = []HeldGPU{{UUID: uuid, Holder: "dra-claim", Pod: "default/vllm-dra", Claim: "default/vllm-dra-gpu-x7"}}
+			e.Plugin.Held = []evidence.HeldGPU{{UUID: uuid, Holder: "dra-claim", Pod: "default/vllm-dra", Claim: "default/vllm-dra-gpu-x7"}}
 		}, Broken, "device " + uuid + " is published Unhealthy because pod default/vllm-dra holds it through DRA claim default/vllm-dra-gpu-x7, not for its health", "delete or drain that pod"},
-		{"plugin cannot read PodResources", LayerHealth, func(e *Evidence) {
+		{"plugin cannot read PodResources", LayerHealth, func(e *evidence.Evidence) {
 			e.NodeStatus.Allocatable = 0
-			e.PluginPod = DaemonEvidence{App: "single-gpu-device-plugin", Namespace: "nvidia-device-plugin", Pod: "dp-1", Phase: "Running", Ready: false}
-			e.Plugin.Held = []HeldGPU{{UUID: uuid, Holder: "unknown"}}
+			e.PluginPod = evidence.DaemonEvidence{App: "single-gpu-device-plugin", Namespace: "nvidia-device-plugin", Pod: "dp-1", Phase: "Running", Ready: false}
+			e.Plugin.Held = []evidence.HeldGPU{{UUID: uuid, Holder: "unknown"}}
 		}, Broken, "cannot read kubelet's PodResources", "mount kubelet's pod-resources dir"},
 
 		{"scheduling ok", LayerScheduling, nil, OK, "vllm-demo-1", ""},
-		{"GPU taken", LayerScheduling, func(e *Evidence) {
-			e.Ledger.Pending = []PodMessage{{PodRef: pod("default", "second"), Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}}
+		{"GPU taken", LayerScheduling, func(e *evidence.Evidence) {
+			e.Ledger.Pending = []evidence.PodMessage{{PodRef: pod("default", "second"), Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}}
 		}, Broken, "Insufficient nvidia.com/gpu", "free one (delete or scale down default/vllm-demo-1"},
-		{"insufficient with zero allocatable", LayerScheduling, func(e *Evidence) {
+		{"insufficient with zero allocatable", LayerScheduling, func(e *evidence.Evidence) {
 			e.NodeStatus.Allocatable = 0
-			e.Ledger = LedgerEvidence{Pending: []PodMessage{{PodRef: pod("default", "p"), Message: "1 Insufficient nvidia.com/gpu"}}}
+			e.Ledger = evidence.LedgerEvidence{Pending: []evidence.PodMessage{{PodRef: pod("default", "p"), Message: "1 Insufficient nvidia.com/gpu"}}}
 		}, Broken, "Insufficient", "registration or health"},
-		{"GPU held by a DRA pod", LayerScheduling, func(e *Evidence) {
+		{"GPU held by a DRA pod", LayerScheduling, func(e *evidence.Evidence) {
 			e.NodeStatus.Allocatable = 0
-			e.Ledger = LedgerEvidence{Pending: []PodMessage{{PodRef: pod("default", "p"), Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}}}
-			e.Plugin.Held = []HeldGPU{{UUID: uuid, Holder: "dra-claim", Pod: "default/vllm-dra", Claim: "default/vllm-dra-gpu-x7"}}
+			e.Ledger = evidence.LedgerEvidence{Pending: []evidence.PodMessage{{PodRef: pod("default", "p"), Message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}}}
+			e.Plugin.Held = []evidence.HeldGPU{{UUID: uuid, Holder: "dra-claim", Pod: "default/vllm-dra", Claim: "default/vllm-dra-gpu-x7"}}
 		}, Broken, "held through DRA, so not allocatable: pod default/vllm-dra (claim default/vllm-dra-gpu-x7", "the free GPU is held through DRA by pod default/vllm-dra"},
-		{"pending for another reason", LayerScheduling, func(e *Evidence) {
-			e.Ledger.Pending = []PodMessage{{PodRef: pod("default", "p"), Message: "0/1 nodes are available: 1 node(s) had untolerated taint"}}
+		{"pending for another reason", LayerScheduling, func(e *evidence.Evidence) {
+			e.Ledger.Pending = []evidence.PodMessage{{PodRef: pod("default", "p"), Message: "0/1 nodes are available: 1 node(s) had untolerated taint"}}
 		}, OK, "1 nvidia.com/gpu requested", ""},
-		{"scheduling without API", LayerScheduling, func(e *Evidence) { e.Ledger = LedgerEvidence{Unread: unread} }, Unknown, unread, "--kubeconfig"},
+		{"scheduling without API", LayerScheduling, func(e *evidence.Evidence) { e.Ledger = evidence.LedgerEvidence{Unread: unread} }, Unknown, unread, "--kubeconfig"},
 
 		{"allocate ok", LayerAllocate, nil, OK, "no pod", ""},
-		{"allocate failed", LayerAllocate, func(e *Evidence) {
-			e.Allocate.Failures = []PodMessage{{PodRef: pod("default", "p"), Reason: "UnexpectedAdmissionError", Message: "Pod was rejected: Allocate failed due to device plugin Allocate rpc failed, which is unexpected"}}
+		{"allocate failed", LayerAllocate, func(e *evidence.Evidence) {
+			e.Allocate.Failures = []evidence.PodMessage{{PodRef: pod("default", "p"), Reason: "UnexpectedAdmissionError", Message: "Pod was rejected: Allocate failed due to device plugin Allocate rpc failed, which is unexpected"}}
 		}, Broken, "Allocate failed", "re-registers"},
-		{"admission race after a kubelet restart", LayerAllocate, func(e *Evidence) {
-			e.Allocate.Failures = []PodMessage{{PodRef: pod("default", "p"), Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected"}}
+		{"admission race after a kubelet restart", LayerAllocate, func(e *evidence.Evidence) {
+			e.Allocate.Failures = []evidence.PodMessage{{PodRef: pod("default", "p"), Reason: "UnexpectedAdmissionError", Message: "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected"}}
 		}, Broken, "device-manager race after a restart", "delete the failed pod, or let its Deployment's ReplicaSet replace it"},
-		{"allocate without API", LayerAllocate, func(e *Evidence) { e.Allocate = AllocateEvidence{Unread: unread} }, Unknown, unread, ""},
+		{"allocate without API", LayerAllocate, func(e *evidence.Evidence) { e.Allocate = evidence.AllocateEvidence{Unread: unread} }, Unknown, unread, ""},
 
 		{"cdi-runtime ok", LayerCDIRuntime, nil, OK, "handler nvidia", ""},
-		{"unresolvable CDI name", LayerCDIRuntime, func(e *Evidence) {
+		{"unresolvable CDI name", LayerCDIRuntime, func(e *evidence.Evidence) {
 			e.CDI.Unresolved = []string{"nvidia.com/gpu=GPU-gone"}
-			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: "failed to inject CDI devices: unresolvable CDI devices nvidia.com/gpu=GPU-gone"}}
+			e.NRI.CreateErrors = []evidence.PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: "failed to inject CDI devices: unresolvable CDI devices nvidia.com/gpu=GPU-gone"}}
 		}, Broken, "GPU-gone resolves to no device", "restart nvinject-device-plugin"},
-		{"bad spec file", LayerCDIRuntime, func(e *Evidence) {
-			e.CDI.Errors = []SpecError{{Path: "/var/run/cdi/x.yaml", Error: "invalid"}}
+		{"bad spec file", LayerCDIRuntime, func(e *evidence.Evidence) {
+			e.CDI.Errors = []evidence.SpecError{{Path: "/var/run/cdi/x.yaml", Error: "invalid"}}
 		}, Broken, "x.yaml", "remove the bad spec"},
-		{"RuntimeClass missing", LayerCDIRuntime, func(e *Evidence) { e.RuntimeCls = RuntimeClassEvidence{} }, Broken, "does not exist", "runtimeclass.yaml"},
-		{"RuntimeClass wrong handler", LayerCDIRuntime, func(e *Evidence) { e.RuntimeCls.Handler = "runc" }, Broken, `handler "runc"`, "runtimeclass"},
-		{"containerd lacks handler", LayerCDIRuntime, func(e *Evidence) {
+		{"RuntimeClass missing", LayerCDIRuntime, func(e *evidence.Evidence) { e.RuntimeCls = evidence.RuntimeClassEvidence{} }, Broken, "does not exist", "runtimeclass.yaml"},
+		{"RuntimeClass wrong handler", LayerCDIRuntime, func(e *evidence.Evidence) { e.RuntimeCls.Handler = "runc" }, Broken, `handler "runc"`, "runtimeclass"},
+		{"containerd lacks handler", LayerCDIRuntime, func(e *evidence.Evidence) {
 			e.Containerd.Handlers = []string{"runc"}
-			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "FailedCreatePodSandBox", Message: `rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" is configured`}}
+			e.NRI.CreateErrors = []evidence.PodMessage{{PodRef: pod("default", "p"), Reason: "FailedCreatePodSandBox", Message: `rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for "nvidia" is configured`}}
 		}, Broken, "no runtime handler", "install-containerd-config"},
-		{"containerd misses the CDI dir", LayerCDIRuntime, func(e *Evidence) { e.Containerd.CDISpecDirs = []string{"/etc/cdi"} }, Broken, "does not read CDI specs from /var/run/cdi", "cdi"},
-		{"NRI refusal", LayerCDIRuntime, func(e *Evidence) {
+		{"containerd misses the CDI dir", LayerCDIRuntime, func(e *evidence.Evidence) { e.Containerd.CDISpecDirs = []string{"/etc/cdi"} }, Broken, "does not read CDI specs from /var/run/cdi", "cdi"},
+		{"NRI refusal", LayerCDIRuntime, func(e *evidence.Evidence) {
 			e.NRI.Refusals = map[string]float64{"runtime-class": 1}
-			e.NRI.CreateErrors = []PodMessage{{PodRef: PodRef{Namespace: "default", Name: "p", Container: "c"}, Reason: "CreateContainerError", Message: `nvinject: default/p/c requests nvidia.com/gpu but runs with runtime handler ""; set runtimeClassName: nvidia in the pod spec`}}
+			e.NRI.CreateErrors = []evidence.PodMessage{{PodRef: evidence.PodRef{Namespace: "default", Name: "p", Container: "c"}, Reason: "CreateContainerError", Message: `nvinject: default/p/c requests nvidia.com/gpu but runs with runtime handler ""; set runtimeClassName: nvidia in the pod spec`}}
 		}, Broken, "nvinject-nri refused default/p[c]", "refused"},
-		{"NRI refusal by the default validator is the injection layer's", LayerCDIRuntime, func(e *Evidence) {
-			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: refusedMsg}}
+		{"NRI refusal by the default validator is the injection layer's", LayerCDIRuntime, func(e *evidence.Evidence) {
+			e.NRI.CreateErrors = []evidence.PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: refusedMsg}}
 		}, OK, "refused it fail-closed (see the injection layer)", ""},
-		{"unrelated create error", LayerCDIRuntime, func(e *Evidence) {
-			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerConfigError", Message: `secret "x" not found`}}
+		{"unrelated create error", LayerCDIRuntime, func(e *evidence.Evidence) {
+			e.NRI.CreateErrors = []evidence.PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerConfigError", Message: `secret "x" not found`}}
 		}, OK, "not CDI/runtime", ""},
-		{"cdi-runtime off node", LayerCDIRuntime, func(e *Evidence) {
-			e.CDI = CDIEvidence{Dirs: e.CDI.Dirs, Unread: "no dir"}
-			e.Containerd = ContainerdEvidence{Unread: "no file"}
+		{"cdi-runtime off node", LayerCDIRuntime, func(e *evidence.Evidence) {
+			e.CDI = evidence.CDIEvidence{Dirs: e.CDI.Dirs, Unread: "no dir"}
+			e.Containerd = evidence.ContainerdEvidence{Unread: "no file"}
 		}, Unknown, "no file", "--containerd-config"},
 
 		{"injection ok", LayerInjection, nil, OK, "nvinject_nri_connected=1", ""},
-		{"NRI disconnected", LayerInjection, func(e *Evidence) { e.NRI.Connected = f64(0) }, Broken, "not connected to containerd (nvinject_nri_connected 0)", "dial error"},
-		{"refused though connected: plugin name differs", LayerInjection, func(e *Evidence) {
-			e.NRI.CreateErrors = []PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: refusedMsg}}
+		{"NRI disconnected", LayerInjection, func(e *evidence.Evidence) { e.NRI.Connected = f64(0) }, Broken, "not connected to containerd (nvinject_nri_connected 0)", "dial error"},
+		{"refused though connected: plugin name differs", LayerInjection, func(e *evidence.Evidence) {
+			e.NRI.CreateErrors = []evidence.PodMessage{{PodRef: pod("default", "p"), Reason: "CreateContainerError", Message: refusedMsg}}
 		}, Broken, "though nvinject-nri looks connected", "nri.pluginName"},
-		{"injection without metrics", LayerInjection, func(e *Evidence) { e.NRI.MetricsUnread = "connection refused" }, Unknown, "connection refused", "--nri-metrics"},
+		{"injection without metrics", LayerInjection, func(e *evidence.Evidence) { e.NRI.MetricsUnread = "connection refused" }, Unknown, "connection refused", "--nri-metrics"},
 
 		{"application ok", LayerApplication, nil, OK, "running and ready", ""},
-		{"CUDA init fails", LayerApplication, func(e *Evidence) {
-			e.App.Pods[0].Containers[0] = ContainerState{Name: "vllm", State: "waiting", Reason: "CrashLoopBackOff", Restarts: 3, ExitCode: 1,
+		{"CUDA init fails", LayerApplication, func(e *evidence.Evidence) {
+			e.App.Pods[0].Containers[0] = evidence.ContainerState{Name: "vllm", State: "waiting", Reason: "CrashLoopBackOff", Restarts: 3, ExitCode: 1,
 				LogTail: "INFO starting\nRuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version\n"}
 		}, Broken, "CUDA driver version is insufficient", "driver version"},
-		{"crash without CUDA text", LayerApplication, func(e *Evidence) {
-			e.App.Pods[0].Containers[0] = ContainerState{Name: "vllm", State: "terminated", Reason: "Error", ExitCode: 2, LogTail: "ValueError: bad --max-model-len\n"}
+		{"crash without CUDA text", LayerApplication, func(e *evidence.Evidence) {
+			e.App.Pods[0].Containers[0] = evidence.ContainerState{Name: "vllm", State: "terminated", Reason: "Error", ExitCode: 2, LogTail: "ValueError: bad --max-model-len\n"}
 		}, Broken, "last log line: ValueError", "vLLM's arguments"},
-		{"not started", LayerApplication, func(e *Evidence) {
-			e.App.Pods[0].Containers[0] = ContainerState{Name: "vllm", State: "waiting", Reason: "CreateContainerError"}
+		{"not started", LayerApplication, func(e *evidence.Evidence) {
+			e.App.Pods[0].Containers[0] = evidence.ContainerState{Name: "vllm", State: "waiting", Reason: "CreateContainerError"}
 		}, Unknown, "not started", "earlier layers"},
-		{"no pods", LayerApplication, func(e *Evidence) { e.App.Pods = nil }, Unknown, "no pod matches app=vllm-demo", "deploy/examples/vllm"},
-		{"application without API", LayerApplication, func(e *Evidence) { e.App = AppEvidence{Selector: "app=vllm-demo", Unread: unread} }, Unknown, unread, "--pod-selector"},
+		{"no pods", LayerApplication, func(e *evidence.Evidence) { e.App.Pods = nil }, Unknown, "no pod matches app=vllm-demo", "deploy/examples/vllm"},
+		{"application without API", LayerApplication, func(e *evidence.Evidence) { e.App = evidence.AppEvidence{Selector: "app=vllm-demo", Unread: unread} }, Unknown, unread, "--pod-selector"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,11 +222,11 @@ func TestHealthyChain(t *testing.T) {
 // TestNothingReadable: with no input at all no layer claims ok.
 func TestNothingReadable(t *testing.T) {
 	const why = "unreadable"
-	e := Evidence{Resource: "nvidia.com/gpu", RuntimeClass: "nvidia",
-		SMI: SMIEvidence{Unread: why}, KubeletDir: KubeletDirEvidence{Unread: why}, Plugin: PluginEvidence{Unread: why},
-		NodeStatus: NodeEvidence{Unread: why}, Selected: SelectedEvidence{Unread: why}, Ledger: LedgerEvidence{Unread: why},
-		Allocate: AllocateEvidence{Unread: why}, CDI: CDIEvidence{Unread: why}, RuntimeCls: RuntimeClassEvidence{Unread: why},
-		Containerd: ContainerdEvidence{Unread: why}, NRI: NRIEvidence{MetricsUnread: why, ErrorsUnread: why}, App: AppEvidence{Unread: why}}
+	e := evidence.Evidence{Resource: "nvidia.com/gpu", RuntimeClass: "nvidia",
+		SMI: evidence.SMIEvidence{Unread: why}, KubeletDir: evidence.KubeletDirEvidence{Unread: why}, Plugin: evidence.PluginEvidence{Unread: why},
+		NodeStatus: evidence.NodeEvidence{Unread: why}, Selected: evidence.SelectedEvidence{Unread: why}, Ledger: evidence.LedgerEvidence{Unread: why},
+		Allocate: evidence.AllocateEvidence{Unread: why}, CDI: evidence.CDIEvidence{Unread: why}, RuntimeCls: evidence.RuntimeClassEvidence{Unread: why},
+		Containerd: evidence.ContainerdEvidence{Unread: why}, NRI: evidence.NRIEvidence{MetricsUnread: why, ErrorsUnread: why}, App: evidence.AppEvidence{Unread: why}}
 	for _, v := range Evaluate(e) {
 		if v.Status != Unknown || v.Fix == "" {
 			t.Errorf("%s = %s (fix %q), want unknown with a hint", v.Layer, v.Status, v.Fix)
@@ -232,4 +234,4 @@ func TestNothingReadable(t *testing.T) {
 	}
 }
 
-func pod(ns, name string) PodRef { return PodRef{Namespace: ns, Name: name} }
+func pod(ns, name string) evidence.PodRef { return evidence.PodRef{Namespace: ns, Name: name} }

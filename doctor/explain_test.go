@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -24,15 +25,15 @@ var explainNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 func float(v float64) *float64 { return &v }
 
 // explainEvidence is a running device-plugin pod with its admission record.
-func explainEvidence() ExplainEvidence {
-	return ExplainEvidence{
-		Pod: PodRef{Namespace: "default", Name: "vllm"}, UID: "uid-1", Node: "worker", Phase: "Running", RuntimeClass: "nvidia",
+func explainEvidence() evidence.ExplainEvidence {
+	return evidence.ExplainEvidence{
+		Pod: evidence.PodRef{Namespace: "default", Name: "vllm"}, UID: "uid-1", Node: "worker", Phase: "Running", RuntimeClass: "nvidia",
 		Created: explainNow.Add(-5 * time.Minute), Resource: contract.ResourceName, Now: explainNow,
-		Containers: []ExplainContainer{{Name: "vllm", GPUs: 1, State: "running", Ready: true, Started: true}},
-		Records: []AuditRecord{{Reason: contract.EventReasonGPUAdmitted, Count: 1, Last: explainNow.Add(-4 * time.Minute), Host: "worker",
+		Containers: []evidence.ExplainContainer{{Name: "vllm", GPUs: 1, State: "running", Ready: true, Started: true}},
+		Records: []evidence.AuditRecord{{Reason: contract.EventReasonGPUAdmitted, Count: 1, Last: explainNow.Add(-4 * time.Minute), Host: "worker",
 			Note: contract.AuditNote{Container: "vllm", Assigned: "nvidia.com/gpu [" + uuid + "]", CDI: "[nvidia.com/gpu=" + uuid + "]",
 				Checked: "devices [/dev/nvidia0 195:0] env [NVINJECT_GPU_UUID_0=" + uuid + "] driver mounts 19/19", Verdict: "admitted [" + uuid + "]"}}},
-		NRI: ExplainNRI{Pod: DaemonEvidence{App: contract.NRIApp, Namespace: contract.Namespace, Pod: "nvinject-nri-x", Phase: "Running", Ready: true},
+		NRI: evidence.ExplainNRI{Pod: evidence.DaemonEvidence{App: contract.NRIApp, Namespace: contract.Namespace, Pod: "nvinject-nri-x", Phase: "Running", Ready: true},
 			AuditEnabled: float(1), AuditOutcomes: map[string]float64{contract.AuditSent: 3}},
 	}
 }
@@ -49,24 +50,24 @@ func step(c ContainerChain, label string) string {
 func TestExplainChain(t *testing.T) {
 	refused := explainEvidence()
 	refused.Pod.Name, refused.Phase = "gpu-spoof", "Pending"
-	refused.Containers = []ExplainContainer{{Name: "main", State: "waiting", Reason: "CreateContainerError", Message: "nvinject: container main of pod default/gpu-spoof: pod-level annotations name GPUs"}}
-	refused.Records = []AuditRecord{{Reason: contract.EventReasonGPURefused, Count: 4, Last: explainNow, Host: "worker",
+	refused.Containers = []evidence.ExplainContainer{{Name: "main", State: "waiting", Reason: "CreateContainerError", Message: "nvinject: container main of pod default/gpu-spoof: pod-level annotations name GPUs"}}
+	refused.Records = []evidence.AuditRecord{{Reason: contract.EventReasonGPURefused, Count: 4, Last: explainNow, Host: "worker",
 		Note: contract.AuditNote{Container: "main", Assigned: "not asked (the verdict came before kubelet was asked)", CDI: "none", Checked: "not reached",
 			Verdict: "refused pod-annotation: nvinject: container main of pod default/gpu-spoof: pod-level annotations name GPUs"}}}
 
 	dra := explainEvidence()
-	dra.Containers[0] = ExplainContainer{Name: "vllm", GPUs: 1, State: "running", Ready: true, Started: true, Claims: []ClaimRef{{Claim: "vllm-gpu-abc", Request: "container-0-request-0"}}}
-	dra.Claims = []Claim{{Namespace: "default", Name: "vllm-gpu-abc", Extended: true, Allocated: true, ReservedFor: []string{"default/vllm"},
-		Devices: []ClaimDevice{{Request: "container-0-request-0", Driver: contract.DRADriver, Pool: "worker", Device: "gpu-0"}}}}
+	dra.Containers[0] = evidence.ExplainContainer{Name: "vllm", GPUs: 1, State: "running", Ready: true, Started: true, Claims: []evidence.ClaimRef{{Claim: "vllm-gpu-abc", Request: "container-0-request-0"}}}
+	dra.Claims = []evidence.Claim{{Namespace: "default", Name: "vllm-gpu-abc", Extended: true, Allocated: true, ReservedFor: []string{"default/vllm"},
+		Devices: []evidence.ClaimDevice{{Request: "container-0-request-0", Driver: contract.DRADriver, Pool: "worker", Device: "gpu-0"}}}}
 	dra.Records[0].Note.Assigned = "DRA [default/vllm-gpu-abc:worker/gpu-0]"
 
 	retried := explainEvidence()
-	retried.Records = append([]AuditRecord{{Reason: contract.EventReasonGPURefused, Count: 3, Last: explainNow.Add(-6 * time.Minute),
+	retried.Records = append([]evidence.AuditRecord{{Reason: contract.EventReasonGPURefused, Count: 3, Last: explainNow.Add(-6 * time.Minute),
 		Note: contract.AuditNote{Container: "vllm", Verdict: "refused gpu-held: GPU held by default/old"}}}, retried.Records...)
 
 	tests := []struct {
 		name    string
-		e       ExplainEvidence
+		e       evidence.ExplainEvidence
 		steps   map[string]string
 		history int
 		facts   []string
@@ -127,31 +128,31 @@ func TestExplainChain(t *testing.T) {
 func TestExplainNoRecord(t *testing.T) {
 	tests := []struct {
 		name string
-		mod  func(*ExplainEvidence)
+		mod  func(*evidence.ExplainEvidence)
 		want string
 	}{
-		{"Events unreadable", func(e *ExplainEvidence) { e.RecordsUnread = "forbidden" }, "the pod's Events could not be read (forbidden)"},
-		{"not scheduled", func(e *ExplainEvidence) {
+		{"Events unreadable", func(e *evidence.ExplainEvidence) { e.RecordsUnread = "forbidden" }, "the pod's Events could not be read (forbidden)"},
+		{"not scheduled", func(e *evidence.ExplainEvidence) {
 			e.Node, e.Unscheduled = "", "0/1 nodes are available: 1 Insufficient nvidia.com/gpu"
-			e.Containers[0] = ExplainContainer{Name: "vllm", GPUs: 1}
+			e.Containers[0] = evidence.ExplainContainer{Name: "vllm", GPUs: 1}
 		}, "the pod is not scheduled (0/1 nodes are available: 1 Insufficient nvidia.com/gpu)"},
-		{"still being created", func(e *ExplainEvidence) {
-			e.Containers[0] = ExplainContainer{Name: "vllm", GPUs: 1, State: "waiting", Reason: "ContainerCreating"}
+		{"still being created", func(e *evidence.ExplainEvidence) {
+			e.Containers[0] = evidence.ExplainContainer{Name: "vllm", GPUs: 1, State: "waiting", Reason: "ContainerCreating"}
 		}, "has not reached the runtime's CreateContainer yet (kubelet: ContainerCreating)"},
-		{"refused by containerd while nvinject-nri is down", func(e *ExplainEvidence) {
-			e.Containers[0] = ExplainContainer{Name: "vllm", GPUs: 1, State: "waiting", Reason: "CreateContainerError",
+		{"refused by containerd while nvinject-nri is down", func(e *evidence.ExplainEvidence) {
+			e.Containers[0] = evidence.ExplainContainer{Name: "vllm", GPUs: 1, State: "waiting", Reason: "CreateContainerError",
 				Message: `failed to create containerd container: required plugin "nvinject" not present`}
 		}, "containerd refused the container before nvinject-nri was asked"},
-		{"a container without GPUs", func(e *ExplainEvidence) {
-			e.Containers[0] = ExplainContainer{Name: "sidecar", State: "running", Started: true}
+		{"a container without GPUs", func(e *evidence.ExplainEvidence) {
+			e.Containers[0] = evidence.ExplainContainer{Name: "sidecar", State: "running", Started: true}
 		}, "the container has no GPU"},
-		{"nvinject-nri has no API access", func(e *ExplainEvidence) { e.NRI.AuditEnabled = float(0) }, "has no API access and records no Events"},
-		{"nvinject-nri before the audit trail", func(e *ExplainEvidence) { e.NRI.AuditEnabled = nil }, "it predates the audit trail"},
-		{"Events dropped", func(e *ExplainEvidence) {
+		{"nvinject-nri has no API access", func(e *evidence.ExplainEvidence) { e.NRI.AuditEnabled = float(0) }, "has no API access and records no Events"},
+		{"nvinject-nri before the audit trail", func(e *evidence.ExplainEvidence) { e.NRI.AuditEnabled = nil }, "it predates the audit trail"},
+		{"Events dropped", func(e *evidence.ExplainEvidence) {
 			e.NRI.AuditOutcomes = map[string]float64{contract.AuditSent: 1, contract.AuditQueueFull: 2, contract.AuditFailed: 1}
 		}, "could not record 3 Events (queue-full 2, failed 1)"},
-		{"Events expired", func(e *ExplainEvidence) { e.Created = explainNow.Add(-3 * time.Hour) }, "Events expire (the API server's --event-ttl, 1h by default) and the pod is 3h0m0s old"},
-		{"no nvinject-nri pod", func(e *ExplainEvidence) { e.NRI.Pod.Pod = "" }, "no nvinject-nri pod runs on worker"},
+		{"Events expired", func(e *evidence.ExplainEvidence) { e.Created = explainNow.Add(-3 * time.Hour) }, "Events expire (the API server's --event-ttl, 1h by default) and the pod is 3h0m0s old"},
+		{"no nvinject-nri pod", func(e *evidence.ExplainEvidence) { e.NRI.Pod.Pod = "" }, "no nvinject-nri pod runs on worker"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,7 +227,7 @@ func TestCollectExplain(t *testing.T) {
 		t.Errorf("claims %+v", e.Claims)
 	}
 	c := e.Containers[0]
-	if c.GPUs != 1 || !c.Started || c.State != "running" || len(c.Claims) != 1 || c.Claims[0] != (ClaimRef{Claim: claim, Request: "container-0-request-0"}) {
+	if c.GPUs != 1 || !c.Started || c.State != "running" || len(c.Claims) != 1 || c.Claims[0] != (evidence.ClaimRef{Claim: claim, Request: "container-0-request-0"}) {
 		t.Errorf("container %+v", c)
 	}
 	if e.NRI.Pod.Pod != "nvinject-nri-x" || e.NRI.AuditEnabled == nil || *e.NRI.AuditEnabled != 1 || e.NRI.AuditOutcomes[contract.AuditRateLimited] != 1 {

@@ -5,44 +5,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/nvinject/nvinject/doctor/evidence"
 )
 
 // ExecFunc runs cmd in a container and returns its stdout (also with an
 // error, when the command ran and failed).
 type ExecFunc func(ctx context.Context, ns, pod, container string, cmd ...string) (string, error)
 
-// ProbeResult is what gpu-probe saw in an application container: which
-// driver libraries loaded and what cuInit and nvmlInit returned.
-type ProbeResult struct {
-	Unread    string        `json:"unread,omitempty"`
-	AllLoaded bool          `json:"allLoaded"`
-	Libraries []ProbeLib    `json:"libraries,omitempty"`
-	Calls     []ProbeCallRC `json:"calls,omitempty"`
-}
-
-// ProbeLib is one library's dlopen.
-type ProbeLib struct {
-	Name  string `json:"name"`
-	OK    bool   `json:"ok"`
-	Path  string `json:"path,omitempty"`
-	Error string `json:"error,omitempty"`
-}
-
-// ProbeCallRC is one driver call's result.
-type ProbeCallRC struct {
-	Call string `json:"call"`
-	Code int    `json:"code"`
-	Name string `json:"name,omitempty"`
-}
-
 // runProbe runs the probe in a container and reads its JSON report; a
 // container without the probe (most images) gives Unread, never a problem.
-func runProbe(ctx context.Context, exec ExecFunc, ns, pod, container string, cmd []string) *ProbeResult {
+func runProbe(ctx context.Context, exec ExecFunc, ns, pod, container string, cmd []string) *evidence.ProbeResult {
 	out, err := exec(ctx, ns, pod, container, cmd...)
 	var r struct {
-		Libraries []ProbeLib    `json:"libraries"`
-		Calls     []ProbeCallRC `json:"calls"`
-		AllLoaded bool          `json:"all_loaded"`
+		Libraries []evidence.ProbeLib    `json:"libraries"`
+		Calls     []evidence.ProbeCallRC `json:"calls"`
+		AllLoaded bool                   `json:"all_loaded"`
 	}
 	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil || len(r.Libraries) == 0 {
 		why := fmt.Sprintf("%s gave no report", strings.Join(cmd, " "))
@@ -52,9 +30,9 @@ func runProbe(ctx context.Context, exec ExecFunc, ns, pod, container string, cmd
 		if len(why) > maxDaemonMessage {
 			why = why[:maxDaemonMessage] + "…"
 		}
-		return &ProbeResult{Unread: why}
+		return &evidence.ProbeResult{Unread: why}
 	}
-	return &ProbeResult{AllLoaded: r.AllLoaded, Libraries: r.Libraries, Calls: r.Calls}
+	return &evidence.ProbeResult{AllLoaded: r.AllLoaded, Libraries: r.Libraries, Calls: r.Calls}
 }
 
 // cuInitNoDevice is CUDA_ERROR_NO_DEVICE: the libraries work, no GPU is
@@ -64,7 +42,7 @@ const cuInitNoDevice = 100
 // probeFindings adds what the probe says to the application layer: a
 // library that does not load, or a cuInit failure other than "no device",
 // is the seed's last row (driver/user-space compatibility).
-func probeFindings(ref PodRef, p *ProbeResult, f *finding) {
+func probeFindings(ref evidence.PodRef, p *evidence.ProbeResult, f *finding) {
 	switch {
 	case p == nil:
 	case p.Unread != "":

@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nvinject/nvinject/doctor/evidence"
 )
 
 func TestWriteTable(t *testing.T) {
 	e := healthy()
 	e.NodeStatus.Allocatable = 0
-	e.Plugin.Devices[0] = DeviceHealth{UUID: uuid}
+	e.Plugin.Devices[0] = evidence.DeviceHealth{UUID: uuid}
 	e.Plugin.HealthEvents = []string{"xid 79"}
 	r := Report{Node: e.Node, Time: time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC), Verdicts: Evaluate(e), Evidence: e}
 	var b bytes.Buffer

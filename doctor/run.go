@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -25,10 +26,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 // Collect reads every input o names. The API server comes first: it says
 // where the daemons' pods (and so their metrics) are.
-func Collect(ctx context.Context, o Options) Evidence {
+func Collect(ctx context.Context, o Options) evidence.Evidence {
 	o = o.withDefaults()
 	log := o.Logger
-	e := Evidence{Node: o.Node, Resource: o.Resource, RuntimeClass: o.RuntimeClass}
+	e := evidence.Evidence{Node: o.Node, Resource: o.Resource, RuntimeClass: o.RuntimeClass}
 
 	client, exec, kubeErr := kubeClient(o)
 	if o.Exec == nil {
@@ -46,9 +47,9 @@ func Collect(ctx context.Context, o Options) Evidence {
 		log.Warn("no cluster evidence", "why", kubeErr)
 		e.NodeStatus.Unread, e.Selected.Unread, e.Ledger.Unread, e.Allocate.Unread = kubeErr, kubeErr, kubeErr, kubeErr
 		e.RuntimeCls.Unread, e.NRI.ErrorsUnread, e.App.Unread = kubeErr, kubeErr, kubeErr
-		e.PluginPod = DaemonEvidence{App: contract.DevicePluginApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
-		e.NRIPod = DaemonEvidence{App: contract.NRIApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
-		e.DRAPod = DaemonEvidence{App: contract.DRAApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
+		e.PluginPod = evidence.DaemonEvidence{App: contract.DevicePluginApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
+		e.NRIPod = evidence.DaemonEvidence{App: contract.NRIApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
+		e.DRAPod = evidence.DaemonEvidence{App: contract.DRAApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
 		e.App.Selector = appSelector(o)
 	} else {
 		e.NodeStatus = collectNode(ctx, client, e.Node, o.Resource)
@@ -75,9 +76,9 @@ func Collect(ctx context.Context, o Options) Evidence {
 
 	if o.Remote {
 		const why = "not on the worker (--remote)"
-		e.SMI = SMIEvidence{Path: o.NvidiaSMI, Unread: why}
-		e.KubeletDir = KubeletDirEvidence{Dir: o.KubeletDir, Unread: why}
-		e.Containerd = ContainerdEvidence{Path: o.ContainerdConfig, Unread: why}
+		e.SMI = evidence.SMIEvidence{Path: o.NvidiaSMI, Unread: why}
+		e.KubeletDir = evidence.KubeletDirEvidence{Dir: o.KubeletDir, Unread: why}
+		e.Containerd = evidence.ContainerdEvidence{Path: o.ContainerdConfig, Unread: why}
 	} else {
 		e.SMI = collectSMI(ctx, o.NvidiaSMI)
 		e.KubeletDir = collectKubeletDir(o.KubeletDir)
@@ -89,7 +90,7 @@ func Collect(ctx context.Context, o Options) Evidence {
 
 	kind := contract.CDIKind(o.CDIVendor, o.CDIClass)
 	if o.Remote {
-		e.CDI = CDIEvidence{Dirs: o.CDISpecDirs, Wanted: wantedNames(e, kind), Unread: "not on the worker (--remote)"}
+		e.CDI = evidence.CDIEvidence{Dirs: o.CDISpecDirs, Wanted: wantedNames(e, kind), Unread: "not on the worker (--remote)"}
 	} else {
 		e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, kind))
 	}
@@ -98,7 +99,7 @@ func Collect(ctx context.Context, o Options) Evidence {
 }
 
 // metricsURL is the URL given, else the one found from the daemon's pod.
-func metricsURL(given string, d DaemonEvidence) string {
+func metricsURL(given string, d evidence.DaemonEvidence) string {
 	if given != "" {
 		return given
 	}

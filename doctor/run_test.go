@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/shared/contract"
 )
@@ -297,11 +298,11 @@ func TestRun(t *testing.T) {
 
 func TestDaemonMetricsFoundFromPod(t *testing.T) {
 	d := collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, nodeName, contract.NRIMetricsPort)
-	if d.MetricsURL != "http://10.0.0.5:9482/metrics" || !d.running() {
+	if d.MetricsURL != "http://10.0.0.5:9482/metrics" || !d.Running() {
 		t.Errorf("got %+v", d)
 	}
 	d = collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, "other-node", contract.NRIMetricsPort)
-	if d.Pod != "" || d.running() || !strings.Contains(d.describe(), "no nvinject-nri pod") {
+	if d.Pod != "" || d.Running() || !strings.Contains(d.Describe(), "no nvinject-nri pod") {
 		t.Errorf("a pod on another node was taken: %+v", d)
 	}
 }
@@ -316,7 +317,7 @@ nvinject_device_plugin_gpu_held{uuid="GPU-c",holder="dra-claim",pod="default/old
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []HeldGPU{{UUID: "GPU-a", Holder: contract.HeldUnknown}, {UUID: "GPU-b", Holder: contract.HeldByDRAClaim, Pod: "default/vllm", Claim: "default/vllm-gpu"}}
+	want := []evidence.HeldGPU{{UUID: "GPU-a", Holder: contract.HeldUnknown}, {UUID: "GPU-b", Holder: contract.HeldByDRAClaim, Pod: "default/vllm", Claim: "default/vllm-gpu"}}
 	if got := heldGPUs(f); !slices.Equal(got, want) {
 		t.Errorf("heldGPUs = %+v, want %+v", got, want)
 	}
