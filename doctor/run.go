@@ -2,26 +2,51 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nvinject/nvinject/doctor/check"
 	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
 const defaultAPITimeout = 10 * time.Second
 
+// The names in-process callers (e2e/scenarios, e2e/cluster) read a report
+// by, so they need not know which pipeline package defines each.
+type (
+	Report = check.Report
+	Layer  = check.Layer
+)
+
+// Verdicts and layers, as check defines them.
+const (
+	OK      = check.OK
+	Broken  = check.Broken
+	Unknown = check.Unknown
+
+	LayerDriver       = check.LayerDriver
+	LayerRegistration = check.LayerRegistration
+	LayerHealth       = check.LayerHealth
+	LayerScheduling   = check.LayerScheduling
+	LayerAllocate     = check.LayerAllocate
+	LayerInjection    = check.LayerInjection
+	LayerCDIRuntime   = check.LayerCDIRuntime
+	LayerApplication  = check.LayerApplication
+)
+
 // Run collects the evidence o points at and evaluates every layer. The
 // error is only for a cancelled context; unreadable inputs become
 // "unknown" verdicts.
-func Run(ctx context.Context, o Options) (Report, error) {
+func Run(ctx context.Context, o Options) (check.Report, error) {
 	o = o.withDefaults()
 	e := Collect(ctx, o)
 	if err := ctx.Err(); err != nil {
-		return Report{}, err
+		return check.Report{}, err
 	}
-	return Report{Node: e.Node, Time: o.Now().UTC(), Verdicts: Evaluate(e), Evidence: e}, nil
+	return check.Report{Node: e.Node, Time: o.Now().UTC(), Verdicts: check.Evaluate(e), Evidence: e}, nil
 }
 
 // Collect reads every input o names. The API server comes first: it says
@@ -118,4 +143,17 @@ func kubeClient(o Options) (kubernetes.Interface, ExecFunc, string) {
 		return nil, nil, err.Error()
 	}
 	return c, exec, ""
+}
+
+// RunExplain collects the evidence for pod name and explains it. The error
+// is for a cancelled context or a pod that could not be read.
+func RunExplain(ctx context.Context, o Options, name string) (check.ExplainReport, error) {
+	e := CollectExplain(ctx, o, name)
+	if err := ctx.Err(); err != nil {
+		return check.ExplainReport{}, err
+	}
+	if e.Unread != "" {
+		return check.ExplainReport{Evidence: e}, errors.New(e.Unread)
+	}
+	return check.ExplainReport{Explanation: check.Explain(e), Evidence: e}, nil
 }

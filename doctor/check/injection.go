@@ -1,4 +1,4 @@
-package doctor
+package check
 
 import (
 	"fmt"
@@ -48,7 +48,7 @@ func checkInjection(e evidence.Evidence) Verdict {
 		f.fact("%s: %s", contract.NRIApp, d.Describe())
 	}
 	if n.MetricsUnread == "" {
-		f.fact("%s metrics %s: %s=%s", contract.NRIApp, n.URL, MetricNRIConnected, num(n.Connected))
+		f.fact("%s metrics %s: %s=%s", contract.NRIApp, n.URL, contract.MetricNRIConnected, num(n.Connected))
 	}
 	switch {
 	case d.Known() && d.Pod == "":
@@ -58,9 +58,9 @@ func checkInjection(e evidence.Evidence) Verdict {
 	case n.MetricsUnread != "":
 		f.unread(contract.NRIApp+" metrics "+n.URL, n.MetricsUnread)
 	case n.Connected == nil:
-		f.unread(contract.NRIApp+" metrics "+n.URL, MetricNRIConnected+" is absent")
+		f.unread(contract.NRIApp+" metrics "+n.URL, contract.MetricNRIConnected+" is absent")
 	case *n.Connected == 0:
-		f.problem(fixNRI, "%s is not connected to containerd (%s 0), so containerd refuses every GPU pod on %s (fail-closed)", contract.NRIApp, MetricNRIConnected, e.Node)
+		f.problem(fixNRI, "%s is not connected to containerd (%s 0), so containerd refuses every GPU pod on %s (fail-closed)", contract.NRIApp, contract.MetricNRIConnected, e.Node)
 	default:
 		f.fact("%s is connected to containerd's NRI", contract.NRIApp)
 	}

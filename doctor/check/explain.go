@@ -1,13 +1,9 @@
-package doctor
+package check
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nvinject/nvinject/doctor/evidence"
@@ -60,19 +56,6 @@ const eventTTL = time.Hour
 type ExplainReport struct {
 	Explanation Explanation              `json:"explanation"`
 	Evidence    evidence.ExplainEvidence `json:"evidence"`
-}
-
-// RunExplain collects the evidence for pod name and explains it. The error
-// is for a cancelled context or a pod that could not be read.
-func RunExplain(ctx context.Context, o Options, name string) (ExplainReport, error) {
-	e := CollectExplain(ctx, o, name)
-	if err := ctx.Err(); err != nil {
-		return ExplainReport{}, err
-	}
-	if e.Unread != "" {
-		return ExplainReport{Evidence: e}, errors.New(e.Unread)
-	}
-	return ExplainReport{Explanation: Explain(e), Evidence: e}, nil
 }
 
 // Explain is the chain e shows; it does no I/O.
@@ -308,24 +291,9 @@ func lostEvents(n evidence.ExplainNRI) string {
 	return fmt.Sprintf("%v Events (%s)", total, strings.Join(parts, ", "))
 }
 
-// WriteExplanation writes the chain as text.
-func WriteExplanation(w io.Writer, x Explanation) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "pod %s\n", x.Pod)
-	for _, f := range x.Facts {
-		fmt.Fprintf(tw, "  %s\n", oneLine(f))
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
-	for _, c := range x.Containers {
-		fmt.Fprintf(tw, "\ncontainer %s\n", c.Name)
-		for _, s := range c.Steps {
-			if s.Label == StepNow && c.NoRecord != "" {
-				fmt.Fprintf(tw, "  no record\t%s\n", oneLine(c.NoRecord))
-			}
-			fmt.Fprintf(tw, "  %s\t%s\n", s.Label, oneLine(s.Text))
-		}
-		for _, h := range c.History {
-			fmt.Fprintf(tw, "  earlier\t%s\n", oneLine(h))
-		}
-	}
-	return tw.Flush()
+	return s
 }

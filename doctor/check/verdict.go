@@ -1,4 +1,4 @@
-package doctor
+package check
 
 import (
 	"time"

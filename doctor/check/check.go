@@ -1,4 +1,4 @@
-package doctor
+package check
 
 import (
 	"fmt"
@@ -204,7 +204,7 @@ func registrationCauses(e evidence.Evidence, f *finding) {
 	case k.Unread == "" && !k.KubeletSocket:
 		f.problem(fixKubelet, "no kubelet.sock in %s: kubelet is not running or uses another root dir", k.Dir)
 	case d.Known() && !d.Running() && podResourcesDown(p):
-		f.problem(fixPodResources, "nvinject-device-plugin on %s is not ready: it cannot read kubelet's PodResources (%s holder=%s): %s", e.Node, MetricGPUHeld, contract.HeldUnknown, d.Describe())
+		f.problem(fixPodResources, "nvinject-device-plugin on %s is not ready: it cannot read kubelet's PodResources (%s holder=%s): %s", e.Node, contract.MetricGPUHeld, contract.HeldUnknown, d.Describe())
 	case d.Known() && !d.Running() && (d.Pod != "" || p.Unread != ""):
 		f.problem(daemonFix(d), "nvinject-device-plugin is not running on %s: %s", e.Node, d.Describe())
 	case k.Unread == "" && len(k.PluginSockets) == 0:
@@ -286,7 +286,7 @@ func checkHealth(e evidence.Evidence) Verdict {
 	// Withheld GPUs are published Unhealthy though NVML finds them healthy.
 	down, byDRA := podResourcesDown(e.Plugin), heldByDRA(e.Plugin)
 	if down {
-		f.problem(fixPodResources, "nvinject-device-plugin publishes every GPU Unhealthy because it cannot read kubelet's PodResources (%s holder=%s), not for the GPUs' health", MetricGPUHeld, contract.HeldUnknown)
+		f.problem(fixPodResources, "nvinject-device-plugin publishes every GPU Unhealthy because it cannot read kubelet's PodResources (%s holder=%s), not for the GPUs' health", contract.MetricGPUHeld, contract.HeldUnknown)
 	}
 	for _, h := range byDRA {
 		f.problem(fixDRAHeldPod, "device %s is published Unhealthy because pod %s holds it through DRA claim %s, not for its health", h.UUID, h.Pod, h.Claim)
