@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,8 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nvinject/nvinject/doctor/check"
-	"github.com/nvinject/nvinject/doctor/evidence"
-	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -300,33 +297,6 @@ func TestRun(t *testing.T) {
 				t.Errorf("broken layers %v, want %s first", b, tt.firstBroken)
 			}
 		})
-	}
-}
-
-func TestDaemonMetricsFoundFromPod(t *testing.T) {
-	d := collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, nodeName, contract.NRIMetricsPort)
-	if d.MetricsURL != "http://10.0.0.5:9482/metrics" || !d.Running() {
-		t.Errorf("got %+v", d)
-	}
-	d = collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, "other-node", contract.NRIMetricsPort)
-	if d.Pod != "" || d.Running() || !strings.Contains(d.Describe(), "no nvinject-nri pod") {
-		t.Errorf("a pod on another node was taken: %+v", d)
-	}
-}
-
-// TestHeldGPUsFromMetrics: the device plugin's gpu_held series become
-// HeldGPU evidence; a series at 0 is not a holder.
-func TestHeldGPUsFromMetrics(t *testing.T) {
-	f, err := promtext.Parse(strings.NewReader(`nvinject_device_plugin_gpu_held{uuid="GPU-b",holder="dra-claim",pod="default/vllm",claim="default/vllm-gpu"} 1
-nvinject_device_plugin_gpu_held{uuid="GPU-a",holder="unknown",pod="",claim=""} 1
-nvinject_device_plugin_gpu_held{uuid="GPU-c",holder="dra-claim",pod="default/old",claim="default/old-gpu"} 0
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []evidence.HeldGPU{{UUID: "GPU-a", Holder: contract.HeldUnknown}, {UUID: "GPU-b", Holder: contract.HeldByDRAClaim, Pod: "default/vllm", Claim: "default/vllm-gpu"}}
-	if got := heldGPUs(f); !slices.Equal(got, want) {
-		t.Errorf("heldGPUs = %+v, want %+v", got, want)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/doctor"
+	"github.com/nvinject/nvinject/doctor/collect"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/logging"
@@ -54,8 +55,8 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(args) > 0 && args[0] == "explain" {
 		return explainRun(ctx, args[1:], stdout, stderr)
 	}
-	d := doctor.Defaults()
-	o := doctor.Options{}
+	d := collect.Defaults()
+	o := collect.Options{}
 	cdiDirs := cli.NewStringList(d.CDISpecDirs...)
 	var asJSON, explain, verbose bool
 	var logFlags logging.Flags
@@ -139,8 +140,8 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // explainRun is `nvinject-doctor explain [flags] POD`: one pod's chain from
 // nvinject-nri's audit Events and the live objects. Flags may follow POD.
 func explainRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	d := doctor.Defaults()
-	o := doctor.Options{PodNamespace: doctor.DefaultPodNamespace}
+	d := collect.Defaults()
+	o := collect.Options{PodNamespace: collect.DefaultPodNamespace}
 	var asJSON bool
 	var logFlags logging.Flags
 	timeout := 30 * time.Second

@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/doctor/smi"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 func collectSMI(ctx context.Context, path string) evidence.SMIEvidence {
@@ -71,12 +72,12 @@ func collectPlugin(ctx context.Context, o Options, pod evidence.DaemonEvidence) 
 	}
 	// Labelled counters appear only after their first increment, so on a
 	// plugin that answers, an absent one means zero.
-	ev.Registrations = orZero(f.SumWhere(MetricRegistrations, "result", "ok"))
-	ev.RegistrationErrors = orZero(f.SumWhere(MetricRegistrations, "result", "error"))
-	ev.Streams = f.Sum(MetricStreams)
-	ev.AllocateErrors = orZero(f.SumWhere(MetricAllocations, "result", "refused"))
-	ev.HealthEvents = healthEvents(f, MetricHealthEvents)
-	ev.Devices = deviceHealth(f, MetricDeviceHealthy)
+	ev.Registrations = orZero(f.SumWhere(contract.MetricRegistrations, "result", "ok"))
+	ev.RegistrationErrors = orZero(f.SumWhere(contract.MetricRegistrations, "result", "error"))
+	ev.Streams = f.Sum(contract.MetricStreams)
+	ev.AllocateErrors = orZero(f.SumWhere(contract.MetricAllocations, "result", "refused"))
+	ev.HealthEvents = healthEvents(f, contract.MetricHealthEvents)
+	ev.Devices = deviceHealth(f, contract.MetricDeviceHealthy)
 	ev.Held = heldGPUs(f)
 	return ev
 }
@@ -84,7 +85,7 @@ func collectPlugin(ctx context.Context, o Options, pod evidence.DaemonEvidence) 
 // heldGPUs reads the device plugin's withheld GPUs.
 func heldGPUs(f promtext.Families) []evidence.HeldGPU {
 	var out []evidence.HeldGPU
-	for _, s := range f[MetricGPUHeld] {
+	for _, s := range f[contract.MetricGPUHeld] {
 		if s.Value == 1 {
 			out = append(out, evidence.HeldGPU{UUID: s.Labels["uuid"], Holder: s.Labels["holder"], Pod: s.Labels["pod"], Claim: s.Labels["claim"]})
 		}
@@ -134,8 +135,8 @@ func collectNRIMetrics(ctx context.Context, o Options, pod evidence.DaemonEviden
 		ev.MetricsUnread = err.Error()
 		return
 	}
-	ev.Connected = f.Sum(MetricNRIConnected)
-	for _, s := range f[MetricNRIRefusals] {
+	ev.Connected = f.Sum(contract.MetricNRIConnected)
+	for _, s := range f[contract.MetricNRIRefusals] {
 		if ev.Refusals == nil {
 			ev.Refusals = map[string]float64{}
 		}

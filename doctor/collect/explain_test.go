@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -22,10 +22,10 @@ import (
 
 var explainNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-// TestCollectExplain reads a DRA pod, its claim, its audit Events (not
+// TestPod reads a DRA pod, its claim, its audit Events (not
 // another pod's, not an earlier pod's of the same name, not kubelet's) and
 // nvinject-nri's audit metrics.
-func TestCollectExplain(t *testing.T) {
+func TestPod(t *testing.T) {
 	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(contract.MetricNRIAuditEnabled + " 1\n" + contract.MetricNRIAuditEvents + `{outcome="sent"} 2` + "\n" +
 			contract.MetricNRIAuditEvents + `{outcome="rate-limited"} 1` + "\n"))
@@ -59,7 +59,7 @@ func TestCollectExplain(t *testing.T) {
 		event("c", "other", "2", contract.EventSource, contract.EventReasonGPUAdmitted, note),
 		event("d", "vllm", "1", "kubelet", "Started", "Started container vllm"),
 		event("e", "vllm", "1", contract.EventSource, contract.EventReasonGPURefused, "not a note"))
-	e := CollectExplain(context.Background(), Options{Client: cs, NRIMetrics: metrics.URL, Now: func() time.Time { return explainNow }}, "vllm")
+	e := Pod(context.Background(), Options{Client: cs, NRIMetrics: metrics.URL, Now: func() time.Time { return explainNow }}, "vllm")
 	if e.Unread != "" || e.RecordsUnread != "" || e.ClaimsUnread != "" || e.NRI.MetricsUnread != "" {
 		t.Fatalf("unread: %q %q %q %q", e.Unread, e.RecordsUnread, e.ClaimsUnread, e.NRI.MetricsUnread)
 	}
@@ -90,7 +90,7 @@ func TestCollectExplain(t *testing.T) {
 	if e.NRI.Pod.Pod != "nvinject-nri-x" || e.NRI.AuditEnabled == nil || *e.NRI.AuditEnabled != 1 || e.NRI.AuditOutcomes[contract.AuditRateLimited] != 1 {
 		t.Errorf("nvinject-nri %+v", e.NRI)
 	}
-	if a := CollectExplain(context.Background(), Options{Client: cs}, "absent"); !strings.Contains(a.Unread, "get pod default/absent") {
+	if a := Pod(context.Background(), Options{Client: cs}, "absent"); !strings.Contains(a.Unread, "get pod default/absent") {
 		t.Errorf("absent pod: unread %q", a.Unread)
 	}
 }

@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -22,10 +22,10 @@ const DefaultPodNamespace = "default"
 // maxRecords bounds the audit Events explain reads for one pod (the newest).
 const maxRecords = 20
 
-// CollectExplain reads what explain needs about pod o.PodNamespace/name.
+// Pod reads what explain needs about pod o.PodNamespace/name.
 // Unreadable parts say why; only an unreadable pod leaves the rest unread.
-func CollectExplain(ctx context.Context, o Options, name string) evidence.ExplainEvidence {
-	o = o.withDefaults()
+func Pod(ctx context.Context, o Options, name string) evidence.ExplainEvidence {
+	o = o.WithDefaults()
 	ns := o.PodNamespace
 	if ns == "" {
 		ns = DefaultPodNamespace

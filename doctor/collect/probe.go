@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -8,10 +8,6 @@ import (
 
 	"github.com/nvinject/nvinject/doctor/evidence"
 )
-
-// ExecFunc runs cmd in a container and returns its stdout (also with an
-// error, when the command ran and failed).
-type ExecFunc func(ctx context.Context, ns, pod, container string, cmd ...string) (string, error)
 
 // runProbe runs the probe in a container and reads its JSON report; a
 // container without the probe (most images) gives Unread, never a problem.

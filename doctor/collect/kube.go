@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -19,15 +19,9 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// Client builds a clientset from a kubeconfig path (empty: KUBECONFIG or
-// ~/.kube/config).
-func Client(kubeconfig string) (kubernetes.Interface, error) {
-	cs, _, err := clientAndExec(kubeconfig)
-	return cs, err
-}
-
-// clientAndExec is Client plus an ExecFunc running commands in containers
-// through the same API server.
+// clientAndExec builds a clientset from a kubeconfig path (empty:
+// KUBECONFIG or ~/.kube/config) and an ExecFunc running commands in
+// containers through the same API server.
 func clientAndExec(kubeconfig string) (kubernetes.Interface, ExecFunc, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
@@ -70,7 +64,7 @@ func resolveNode(ctx context.Context, c kubernetes.Interface, name, resource str
 	return "", fmt.Errorf("%d nodes, %d publishing %s: pass --node", len(nodes.Items), len(gpu), resource)
 }
 
-func collectNode(ctx context.Context, c kubernetes.Interface, node, resource string) evidence.NodeEvidence {
+func nodeStatus(ctx context.Context, c kubernetes.Interface, node, resource string) evidence.NodeEvidence {
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return evidence.NodeEvidence{Unread: fmt.Sprintf("get Node %s: %v", node, err)}
