@@ -3,9 +3,11 @@ package doctor
 import (
 	"context"
 	"errors"
+	"io"
 
 	"github.com/nvinject/nvinject/doctor/check"
 	"github.com/nvinject/nvinject/doctor/collect"
+	"github.com/nvinject/nvinject/doctor/render"
 )
 
 // The names in-process callers (e2e/scenarios, e2e/cluster) read a report
@@ -56,3 +58,6 @@ func RunExplain(ctx context.Context, o Options, name string) (check.ExplainRepor
 	}
 	return check.ExplainReport{Explanation: check.Explain(e), Evidence: e}, nil
 }
+
+// WriteTable writes r as the human table, as the command does.
+func WriteTable(w io.Writer, r Report) error { return render.WriteTable(w, r) }

@@ -24,7 +24,9 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/doctor"
+	"github.com/nvinject/nvinject/doctor/check"
 	"github.com/nvinject/nvinject/doctor/collect"
+	"github.com/nvinject/nvinject/doctor/render"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/logging"
@@ -103,7 +105,7 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return cli.Usagef("unexpected arguments %q; everything is given by flags", c.Args())
 	}
 	if explain {
-		return doctor.WriteExplain(stdout)
+		return render.WriteExplain(stdout)
 	}
 	if verbose {
 		logFlags.Level = "debug"
@@ -124,9 +126,9 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return err
 	}
-	write := doctor.WriteTable
+	write := render.WriteTable
 	if asJSON {
-		write = func(w io.Writer, r doctor.Report) error { return doctor.WriteJSON(w, r) }
+		write = func(w io.Writer, r check.Report) error { return render.WriteJSON(w, r) }
 	}
 	if err := write(stdout, r); err != nil {
 		return fmt.Errorf("write report: %w", err)
@@ -184,7 +186,7 @@ func explainRun(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("explain %s/%s: %w", o.PodNamespace, args[0], err)
 	}
 	if asJSON {
-		return doctor.WriteJSON(stdout, r)
+		return render.WriteJSON(stdout, r)
 	}
-	return doctor.WriteExplanation(stdout, r.Explanation)
+	return render.WriteExplanation(stdout, r.Explanation)
 }

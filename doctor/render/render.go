@@ -1,4 +1,4 @@
-package doctor
+package render
 
 import (
 	"encoding/json"

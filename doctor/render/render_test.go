@@ -1,4 +1,4 @@
-package doctor
+package render
 
 import (
 	"bytes"
@@ -113,7 +113,7 @@ container sidecar
 // TestExplainInReadme: README.md's "What each layer checks" block is the
 // binary's --explain output, so a new or renamed layer updates both.
 func TestExplainInReadme(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
