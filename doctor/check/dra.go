@@ -29,9 +29,6 @@ const (
 // device-plugin endpoint it dropped.
 const kubeletNoEndpoint = "endpoint not found in cache for a registered resource"
 
-// draMode says whether e was collected on a DRA-mode node.
-func draMode(e evidence.Evidence) bool { return e.Mode.Mode == contract.DRAModeDRA && e.DRA != nil }
-
 // ownerFacts reports the node's mode and flags a second owner of the
 // resource: the other daemon on the node, or (DRA) allocatable capacity a
 // device plugin still publishes.

@@ -69,10 +69,12 @@ func orDash(s string) string {
 func WriteExplain(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "LAYER\tSEED ROW (symptom → what to check)\tTHE DOCTOR READS")
-	for _, c := range check.Checks {
+	// The tables pair layer for layer; a DRA row of its own follows the
+	// device plugin's where the layer reads DRA's objects.
+	for i, c := range check.DevicePlugin {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Layer, c.Seed, c.Reads)
-		if c.DRAEval != nil {
-			fmt.Fprintf(tw, "\tDRA node: %s\t%s\n", c.DRASymptom, c.DRAReads)
+		if d := check.DRA[i]; d.Symptom != c.Symptom || d.Reads != c.Reads {
+			fmt.Fprintf(tw, "\tDRA node: %s\t%s\n", d.Symptom, d.Reads)
 		}
 	}
 	if err := tw.Flush(); err != nil {
