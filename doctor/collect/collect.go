@@ -1,3 +1,8 @@
+// Package collect reads the doctor's evidence: every file, socket, command,
+// metrics endpoint and API request is made here, as Options say, and each
+// fills a part of an evidence value whose Unread says why it could not be
+// read. Of the doctor it imports evidence and its I/O helpers only, never
+// check or render, so what a check judges is all in the evidence.
 package collect
 
 import (

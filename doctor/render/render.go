@@ -1,3 +1,6 @@
+// Package render writes check's results for people and machines: the
+// verdict table, the JSON report, the --explain map of the layers and one
+// pod's chain. It reads no evidence source and judges nothing.
 package render
 
 import (
