@@ -4,10 +4,24 @@
 // table a verdict: ok, broken or unknown, with the evidence it read and
 // the fix.
 //
-// Collectors do the I/O (nvidia-smi, the kubelet device-plugins dir, the
-// daemons' /metrics, the CDI spec dirs, containerd's config, the API
-// server) and fill an Evidence; Checks are pure functions of it. An input
-// that cannot be read makes its layers unknown, never ok.
+// Its packages are its pipeline; data flows left to right:
+//
+//	collect ──▶ evidence ──▶ check ──▶ render
+//	all I/O     plain data   pure      text, JSON
+//	and Options              verdicts
+//
+// evidence imports no doctor package, collect and check import evidence and
+// not each other, render imports check; TestPipelineImports fails on any
+// other import, and on one from evidence or check that could do I/O.
+//
+// collect (with its I/O helpers ctrdconfig, kubeexec, promtext, smi) reads
+// nvidia-smi, the kubelet device-plugins dir, the daemons' /metrics, the CDI
+// spec dirs, containerd's config and the API server into an
+// evidence.Evidence; check judges it with one table of checks per mode
+// (check.DevicePlugin, check.DRA), pure functions that import only
+// evidence; render writes the verdicts. Run wires them for the command and
+// for in-process callers. An input that cannot be read makes its layers
+// unknown, never ok.
 //
 // Faults and the layer that reports them (for e2e/localnode fault tests,
 // which call Run in-process):
@@ -38,7 +52,7 @@
 //
 // On a DRA-mode node (label nvinject.io/gpu-mode=dra, or nvinject-dra alone
 // on it) the registration, health, scheduling and allocate layers read DRA's
-// objects instead (checks_dra.go):
+// objects instead (check.DRA):
 //
 //	fault                                     layer         verdict evidence / fix
 //	nvinject-dra down or unregistered, no     registration  broken  its pod's last error, registered=0, no slice, DeviceClass
@@ -53,12 +67,12 @@
 // Report.Broken lists broken layers in chain order; the first is where to
 // start, since later layers depend on earlier ones.
 //
-// Explain (`nvinject-doctor explain POD`) follows one pod the same way:
-// CollectExplain reads the pod, its ResourceClaims, the audit Events
+// RunExplain (`nvinject-doctor explain POD`) follows one pod the same way:
+// collect.Pod reads the pod, its ResourceClaims, the audit Events
 // nvinject-nri recorded on it (contract.EventReasonGPUAdmitted and
 // EventReasonGPURefused, each note a contract.AuditNote) and nvinject-nri's
-// audit metrics on its node into an ExplainEvidence; Explain turns that,
-// without I/O, into each container's chain (requested → allocated →
-// kubelet assigned → CDI names → checked → verdict → now), or says why no
-// record explains it; WriteExplanation renders it.
+// audit metrics on its node into an evidence.ExplainEvidence; check.Explain
+// turns that, without I/O, into each container's chain (requested →
+// allocated → kubelet assigned → CDI names → checked → verdict → now), or
+// says why no record explains it; render.WriteExplanation writes it.
 package doctor

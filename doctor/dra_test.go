@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nvinject/nvinject/doctor/check"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -97,57 +98,57 @@ func TestRunDRA(t *testing.T) {
 		change  func(*draWorld)
 		metrics string
 		mode    string
-		want    map[Layer]Status
+		want    map[check.Layer]check.Status
 		// evidence and fix each layer's verdict must contain.
-		evidence, fix map[Layer]string
+		evidence, fix map[check.Layer]string
 	}{
-		{name: "healthy", want: map[Layer]Status{LayerDriver: OK, LayerRegistration: OK, LayerHealth: OK, LayerScheduling: OK, LayerAllocate: OK, LayerInjection: OK, LayerCDIRuntime: OK, LayerApplication: OK},
-			evidence: map[Layer]string{
-				LayerRegistration: "DeviceClass gpu.nvinject.io serves extended resource nvidia.com/gpu",
-				LayerHealth:       "default/vllm-demo-1[vllm]: claim:container-0-request-0 nvidia.com/gpu=" + uuid + " Healthy",
-				LayerScheduling:   "1 of 1 published device(s) allocated, 0 tainted Unhealthy, 0 held by device-plugin pods, 0 with holders unknown, 0 free",
-				LayerAllocate:     "claim default/" + claimName + " (the scheduler's claim for nvidia.com/gpu (KEP-5004)) allocated by the scheduler: request container-0-request-0 → gpu.nvinject.io/" + nodeName + "/gpu-0 " + uuid + ", reserved for default/vllm-demo-1",
-				LayerCDIRuntime:   "1 of the 1 CDI names pods need resolve",
-				LayerApplication:  "default/vllm-demo-1[vllm] running and ready"}},
+		{name: "healthy", want: map[check.Layer]check.Status{check.LayerDriver: check.OK, check.LayerRegistration: check.OK, check.LayerHealth: check.OK, check.LayerScheduling: check.OK, check.LayerAllocate: check.OK, check.LayerInjection: check.OK, check.LayerCDIRuntime: check.OK, check.LayerApplication: check.OK},
+			evidence: map[check.Layer]string{
+				check.LayerRegistration: "DeviceClass gpu.nvinject.io serves extended resource nvidia.com/gpu",
+				check.LayerHealth:       "default/vllm-demo-1[vllm]: claim:container-0-request-0 nvidia.com/gpu=" + uuid + " Healthy",
+				check.LayerScheduling:   "1 of 1 published device(s) allocated, 0 tainted Unhealthy, 0 held by device-plugin pods, 0 with holders unknown, 0 free",
+				check.LayerAllocate:     "claim default/" + claimName + " (the scheduler's claim for nvidia.com/gpu (KEP-5004)) allocated by the scheduler: request container-0-request-0 → gpu.nvinject.io/" + nodeName + "/gpu-0 " + uuid + ", reserved for default/vllm-demo-1",
+				check.LayerCDIRuntime:   "1 of the 1 CDI names pods need resolve",
+				check.LayerApplication:  "default/vllm-demo-1[vllm] running and ready"}},
 		{name: "mode from the daemon when the node has no label", change: func(w *draWorld) { w.node.Labels = nil },
-			want:     map[Layer]Status{LayerRegistration: OK, LayerAllocate: OK},
-			evidence: map[Layer]string{LayerRegistration: "mode dra (an nvinject-dra pod and no single-gpu-device-plugin pod on the node)"}},
+			want:     map[check.Layer]check.Status{check.LayerRegistration: check.OK, check.LayerAllocate: check.OK},
+			evidence: map[check.Layer]string{check.LayerRegistration: "mode dra (an nvinject-dra pod and no single-gpu-device-plugin pod on the node)"}},
 		{name: "nvinject-dra crash-loops", change: func(w *draWorld) { w.daemons[0] = daemonPod(contract.DRAApp, &crash) }, metrics: "-",
-			want:     map[Layer]Status{LayerRegistration: Broken},
-			evidence: map[Layer]string{LayerRegistration: "nvinject-dra is not running on " + nodeName + ": pod " + contract.Namespace + "/nvinject-dra-x1 Running ready=false restarts=4 waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + crash},
-			fix:      map[Layer]string{LayerRegistration: "correct what the daemon's last error says"}},
+			want:     map[check.Layer]check.Status{check.LayerRegistration: check.Broken},
+			evidence: map[check.Layer]string{check.LayerRegistration: "nvinject-dra is not running on " + nodeName + ": pod " + contract.Namespace + "/nvinject-dra-x1 Running ready=false restarts=4 waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + crash},
+			fix:      map[check.Layer]string{check.LayerRegistration: "correct what the daemon's last error says"}},
 		{name: "nvinject-nri cannot mount the NRI socket dir on a DRA node", change: func(w *draWorld) {
 			p := nriPending()
 			w.daemons[1] = p[0].(*corev1.Pod)
 			w.extra = append(w.extra, p[1])
 		},
-			want:     map[Layer]Status{LayerRegistration: OK, LayerAllocate: OK, LayerInjection: Broken},
-			evidence: map[Layer]string{LayerInjection: "event FailedMount: " + nriMountFailed},
-			fix:      map[Layer]string{LayerInjection: "volume nri-socket"}},
+			want:     map[check.Layer]check.Status{check.LayerRegistration: check.OK, check.LayerAllocate: check.OK, check.LayerInjection: check.Broken},
+			evidence: map[check.Layer]string{check.LayerInjection: "event FailedMount: " + nriMountFailed},
+			fix:      map[check.Layer]string{check.LayerInjection: "volume nri-socket"}},
 		{name: "not registered", metrics: strings.Replace(draText, "registered 1", "registered 0", 1), change: func(w *draWorld) { w.slice = nil },
-			want:     map[Layer]Status{LayerRegistration: Broken},
-			evidence: map[Layer]string{LayerRegistration: "kubelet has not accepted gpu.nvinject.io's registration (nvinject_dra_registered=0)"},
-			fix:      map[Layer]string{LayerRegistration: "plugins_registry"}},
+			want:     map[check.Layer]check.Status{check.LayerRegistration: check.Broken},
+			evidence: map[check.Layer]string{check.LayerRegistration: "kubelet has not accepted gpu.nvinject.io's registration (nvinject_dra_registered=0)"},
+			fix:      map[check.Layer]string{check.LayerRegistration: "plugins_registry"}},
 		{name: "no ResourceSlice", change: func(w *draWorld) { w.slice = nil },
-			want:     map[Layer]Status{LayerRegistration: Broken, LayerAllocate: Broken},
-			evidence: map[Layer]string{LayerRegistration: "no ResourceSlice of driver gpu.nvinject.io for node " + nodeName, LayerAllocate: "which no ResourceSlice of " + nodeName + " lists"},
-			fix:      map[Layer]string{LayerRegistration: "RBAC of ServiceAccount nvinject-dra"}},
+			want:     map[check.Layer]check.Status{check.LayerRegistration: check.Broken, check.LayerAllocate: check.Broken},
+			evidence: map[check.Layer]string{check.LayerRegistration: "no ResourceSlice of driver gpu.nvinject.io for node " + nodeName, check.LayerAllocate: "which no ResourceSlice of " + nodeName + " lists"},
+			fix:      map[check.Layer]string{check.LayerRegistration: "RBAC of ServiceAccount nvinject-dra"}},
 		{name: "no DeviceClass", change: func(w *draWorld) { w.class = nil },
-			want:     map[Layer]Status{LayerRegistration: Broken},
-			evidence: map[Layer]string{LayerRegistration: "DeviceClass gpu.nvinject.io does not exist"},
-			fix:      map[Layer]string{LayerRegistration: "kubectl apply -k deploy/overlays/dra-node"}},
+			want:     map[check.Layer]check.Status{check.LayerRegistration: check.Broken},
+			evidence: map[check.Layer]string{check.LayerRegistration: "DeviceClass gpu.nvinject.io does not exist"},
+			fix:      map[check.Layer]string{check.LayerRegistration: "kubectl apply -k deploy/overlays/dra-node"}},
 		{name: "DeviceClass without extendedResourceName", change: func(w *draWorld) { w.class.Spec.ExtendedResourceName = nil },
-			want:     map[Layer]Status{LayerRegistration: Broken},
-			evidence: map[Layer]string{LayerRegistration: `extendedResourceName "", want "nvidia.com/gpu": pods asking for nvidia.com/gpu: 1 stay Pending`}},
+			want:     map[check.Layer]check.Status{check.LayerRegistration: check.Broken},
+			evidence: map[check.Layer]string{check.LayerRegistration: `extendedResourceName "", want "nvidia.com/gpu": pods asking for nvidia.com/gpu: 1 stay Pending`}},
 		{name: "two owners", change: func(w *draWorld) {
 			w.daemons = append(w.daemons, daemonPod(contract.DevicePluginApp, nil))
 			one := resource.MustParse("1")
 			w.node.Status = corev1.NodeStatus{Capacity: corev1.ResourceList{contract.ResourceName: one}, Allocatable: corev1.ResourceList{contract.ResourceName: one}}
 		},
-			want: map[Layer]Status{LayerRegistration: Broken},
-			evidence: map[Layer]string{LayerRegistration: "single-gpu-device-plugin also runs on " + nodeName + " (pod " + contract.Namespace + "/single-gpu-device-plugin-x1 Running ready=true restarts=0): two owners of nvidia.com/gpu\n" +
+			want: map[check.Layer]check.Status{check.LayerRegistration: check.Broken},
+			evidence: map[check.Layer]string{check.LayerRegistration: "single-gpu-device-plugin also runs on " + nodeName + " (pod " + contract.Namespace + "/single-gpu-device-plugin-x1 Running ready=true restarts=0): two owners of nvidia.com/gpu\n" +
 				"Node " + nodeName + " still has allocatable nvidia.com/gpu=1 from a device plugin"},
-			fix: map[Layer]string{LayerRegistration: "label it nvinject.io/gpu-mode=dra or =device-plugin"}},
+			fix: map[check.Layer]string{check.LayerRegistration: "label it nvinject.io/gpu-mode=dra or =device-plugin"}},
 		{name: "Xid: tainted device, pod Unhealthy, next pod Pending", metrics: strings.Replace(draText, `device="gpu-0"} 1`, `device="gpu-0"} 0`, 1) + `nvinject_dra_health_events_total{kind="xid",xid="79",ignored="false"} 1` + "\n",
 			change: func(w *draWorld) {
 				w.slice.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: contract.DRATaintKey, Value: "xid", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
@@ -156,66 +157,66 @@ func TestRunDRA(t *testing.T) {
 				w.pod.Status.ExtendedResourceClaimStatus = nil
 				w.extra = append(w.extra, pending)
 			},
-			want: map[Layer]Status{LayerRegistration: OK, LayerHealth: Broken, LayerScheduling: Broken},
-			evidence: map[Layer]string{
-				LayerHealth:     "device " + nodeName + "/gpu-0 (" + uuid + ") is tainted gpu.nvinject.io/unhealthy=xid:NoSchedule: new claims avoid it (plugin counted health events: xid 79)",
-				LayerScheduling: "pod default/second Pending: 0/1 nodes are available: 1 cannot allocate all claims"},
-			fix: map[Layer]string{LayerHealth: "removes taint gpu.nvinject.io/unhealthy", LayerScheduling: "the free GPU is tainted Unhealthy: fix the health layer first"}},
+			want: map[check.Layer]check.Status{check.LayerRegistration: check.OK, check.LayerHealth: check.Broken, check.LayerScheduling: check.Broken},
+			evidence: map[check.Layer]string{
+				check.LayerHealth:     "device " + nodeName + "/gpu-0 (" + uuid + ") is tainted gpu.nvinject.io/unhealthy=xid:NoSchedule: new claims avoid it (plugin counted health events: xid 79)",
+				check.LayerScheduling: "pod default/second Pending: 0/1 nodes are available: 1 cannot allocate all claims"},
+			fix: map[check.Layer]string{check.LayerHealth: "removes taint gpu.nvinject.io/unhealthy", check.LayerScheduling: "the free GPU is tainted Unhealthy: fix the health layer first"}},
 		{name: "node moved to DRA under a device-plugin pod", change: func(w *draWorld) {
 			w.slice.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: contract.DRAHeldTaintKey, Value: contract.DRAHeldTaintValue, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 			w.claim = nil
 			w.pod.Status.ExtendedResourceClaimStatus = nil
 			w.extra = append(w.extra, pending)
 		},
-			want: map[Layer]Status{LayerHealth: OK, LayerScheduling: Broken},
-			evidence: map[Layer]string{LayerHealth: "is tainted gpu.nvinject.io/device-plugin-pod=running:NoSchedule: a pod given it by the device plugin",
-				LayerScheduling: "0 of 1 published device(s) allocated, 0 tainted Unhealthy, 1 held by device-plugin pods, 0 with holders unknown, 0 free"},
-			fix: map[Layer]string{LayerScheduling: "still holds it (taint gpu.nvinject.io/device-plugin-pod)"}},
+			want: map[check.Layer]check.Status{check.LayerHealth: check.OK, check.LayerScheduling: check.Broken},
+			evidence: map[check.Layer]string{check.LayerHealth: "is tainted gpu.nvinject.io/device-plugin-pod=running:NoSchedule: a pod given it by the device plugin",
+				check.LayerScheduling: "0 of 1 published device(s) allocated, 0 tainted Unhealthy, 1 held by device-plugin pods, 0 with holders unknown, 0 free"},
+			fix: map[check.Layer]string{check.LayerScheduling: "still holds it (taint gpu.nvinject.io/device-plugin-pod)"}},
 		{name: "nvinject-dra cannot read PodResources", change: func(w *draWorld) {
 			w.slice.Spec.Devices[0].Taints = []resourceapi.DeviceTaint{{Key: contract.DRAHeldTaintKey, Value: contract.DRAHeldTaintUnknown, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 			w.claim = nil
 			w.pod.Status.ExtendedResourceClaimStatus = nil
 			w.extra = append(w.extra, pending)
 		},
-			want: map[Layer]Status{LayerHealth: Broken, LayerScheduling: Broken},
-			evidence: map[Layer]string{LayerHealth: "is tainted gpu.nvinject.io/device-plugin-pod=unknown:NoSchedule: nvinject-dra cannot read kubelet's PodResources",
-				LayerScheduling: "0 held by device-plugin pods, 1 with holders unknown, 0 free"},
-			fix: map[Layer]string{LayerHealth: "mount kubelet's pod-resources dir", LayerScheduling: "--pod-resources-socket"}},
+			want: map[check.Layer]check.Status{check.LayerHealth: check.Broken, check.LayerScheduling: check.Broken},
+			evidence: map[check.Layer]string{check.LayerHealth: "is tainted gpu.nvinject.io/device-plugin-pod=unknown:NoSchedule: nvinject-dra cannot read kubelet's PodResources",
+				check.LayerScheduling: "0 held by device-plugin pods, 1 with holders unknown, 0 free"},
+			fix: map[check.Layer]string{check.LayerHealth: "mount kubelet's pod-resources dir", check.LayerScheduling: "--pod-resources-socket"}},
 		{name: "pod's device health Unknown", change: func(w *draWorld) {
 			w.pod.Status.ContainerStatuses[0].AllocatedResourcesStatus[0].Resources[0].Health = corev1.ResourceHealthStatusUnknown
 		}, metrics: strings.Replace(draText, "health_streams 1", "health_streams 0", 1),
-			want:     map[Layer]Status{LayerHealth: Broken},
-			evidence: map[Layer]string{LayerHealth: "kubelet has no health stream (NodeWatchResources) open to nvinject-dra"},
-			fix:      map[Layer]string{LayerHealth: "nvinject_dra_health_streams is 1"}},
+			want:     map[check.Layer]check.Status{check.LayerHealth: check.Broken},
+			evidence: map[check.Layer]string{check.LayerHealth: "kubelet has no health stream (NodeWatchResources) open to nvinject-dra"},
+			fix:      map[check.Layer]string{check.LayerHealth: "nvinject_dra_health_streams is 1"}},
 		{name: "GPU taken", change: func(w *draWorld) { w.extra = append(w.extra, pending) },
-			want:     map[Layer]Status{LayerScheduling: Broken, LayerAllocate: OK},
-			evidence: map[Layer]string{LayerScheduling: "pod default/second Pending: 0/1 nodes are available: 1 cannot allocate all claims"},
-			fix:      map[Layer]string{LayerScheduling: "every GPU on the node is allocated: free one (delete or scale down the pods holding default/" + claimName}},
+			want:     map[check.Layer]check.Status{check.LayerScheduling: check.Broken, check.LayerAllocate: check.OK},
+			evidence: map[check.Layer]string{check.LayerScheduling: "pod default/second Pending: 0/1 nodes are available: 1 cannot allocate all claims"},
+			fix:      map[check.Layer]string{check.LayerScheduling: "every GPU on the node is allocated: free one (delete or scale down the pods holding default/" + claimName}},
 		{name: "NodePrepareResources failed", change: func(w *draWorld) {
 			w.pod.Status.Phase, w.pod.Status.ContainerStatuses = corev1.PodPending, nil
 			w.extra = append(w.extra, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e1", Namespace: "default"}, Type: "Warning", Reason: "FailedPrepareDynamicResources",
 				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "vllm-demo-1"},
 				Message:        "Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim default/" + claimName + ": GPU gpu-0 is not in the CDI spec"})
 		},
-			want:     map[Layer]Status{LayerAllocate: Broken},
-			evidence: map[Layer]string{LayerAllocate: "pod default/vllm-demo-1: Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim default/" + claimName},
-			fix:      map[Layer]string{LayerAllocate: "kubectl -n " + contract.Namespace + " logs ds/nvinject-dra"}},
+			want:     map[check.Layer]check.Status{check.LayerAllocate: check.Broken},
+			evidence: map[check.Layer]string{check.LayerAllocate: "pod default/vllm-demo-1: Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim default/" + claimName},
+			fix:      map[check.Layer]string{check.LayerAllocate: "kubectl -n " + contract.Namespace + " logs ds/nvinject-dra"}},
 		{name: "kubelet lost the resource's device-plugin endpoint", change: func(w *draWorld) {
 			w.pod.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "vllm", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
 				Reason: "CreateContainerConfigError", Message: "endpoint not found in cache for a registered resource: nvidia.com/gpu"}}}
 		},
-			want:     map[Layer]Status{LayerAllocate: Broken},
-			evidence: map[Layer]string{LayerAllocate: "default/vllm-demo-1[vllm] CreateContainerConfigError: endpoint not found in cache for a registered resource: nvidia.com/gpu"},
-			fix:      map[Layer]string{LayerAllocate: "--hold-resource-endpoint"}},
+			want:     map[check.Layer]check.Status{check.LayerAllocate: check.Broken},
+			evidence: map[check.Layer]string{check.LayerAllocate: "default/vllm-demo-1[vllm] CreateContainerConfigError: endpoint not found in cache for a registered resource: nvidia.com/gpu"},
+			fix:      map[check.Layer]string{check.LayerAllocate: "--hold-resource-endpoint"}},
 		{name: "claim's GPU not in the CDI spec", change: func(w *draWorld) {
 			other := "GPU-ffffffff-0000-0000-0000-000000000000"
 			w.slice.Spec.Devices[0].Attributes[contract.DRAAttrUUID] = resourceapi.DeviceAttribute{StringValue: &other}
 		},
-			want:     map[Layer]Status{LayerCDIRuntime: Broken},
-			evidence: map[Layer]string{LayerCDIRuntime: "nvidia.com/gpu=GPU-ffffffff-0000-0000-0000-000000000000 resolves to no device"}},
+			want:     map[check.Layer]check.Status{check.LayerCDIRuntime: check.Broken},
+			evidence: map[check.Layer]string{check.LayerCDIRuntime: "nvidia.com/gpu=GPU-ffffffff-0000-0000-0000-000000000000 resolves to no device"}},
 		{name: "forced device-plugin mode on a DRA node", mode: contract.DRAModeDevicePlugin,
-			want:     map[Layer]Status{LayerRegistration: Broken},
-			evidence: map[Layer]string{LayerRegistration: "nvinject-dra also runs on " + nodeName}},
+			want:     map[check.Layer]check.Status{check.LayerRegistration: check.Broken},
+			evidence: map[check.Layer]string{check.LayerRegistration: "nvinject-dra also runs on " + nodeName}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

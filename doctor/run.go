@@ -2,119 +2,62 @@ package doctor
 
 import (
 	"context"
-	"time"
+	"errors"
+	"io"
 
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/doctor/check"
+	"github.com/nvinject/nvinject/doctor/collect"
+	"github.com/nvinject/nvinject/doctor/render"
 )
 
-const defaultAPITimeout = 10 * time.Second
+// The names in-process callers (e2e/scenarios, e2e/cluster) read a report
+// by, so they need not know which pipeline package defines each.
+type (
+	Options = collect.Options
+	Report  = check.Report
+	Layer   = check.Layer
+)
+
+// Verdicts and layers, as check defines them.
+const (
+	OK      = check.OK
+	Broken  = check.Broken
+	Unknown = check.Unknown
+
+	LayerDriver       = check.LayerDriver
+	LayerRegistration = check.LayerRegistration
+	LayerHealth       = check.LayerHealth
+	LayerScheduling   = check.LayerScheduling
+	LayerAllocate     = check.LayerAllocate
+	LayerInjection    = check.LayerInjection
+	LayerCDIRuntime   = check.LayerCDIRuntime
+	LayerApplication  = check.LayerApplication
+)
 
 // Run collects the evidence o points at and evaluates every layer. The
 // error is only for a cancelled context; unreadable inputs become
 // "unknown" verdicts.
 func Run(ctx context.Context, o Options) (Report, error) {
-	o = o.withDefaults()
-	e := Collect(ctx, o)
+	o = o.WithDefaults()
+	e := collect.Node(ctx, o)
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
-	return Report{Node: e.Node, Time: o.Now().UTC(), Verdicts: Evaluate(e), Evidence: e}, nil
+	return Report{Node: e.Node, Time: o.Now().UTC(), Verdicts: check.Evaluate(e), Evidence: e}, nil
 }
 
-// Collect reads every input o names. The API server comes first: it says
-// where the daemons' pods (and so their metrics) are.
-func Collect(ctx context.Context, o Options) Evidence {
-	o = o.withDefaults()
-	log := o.Logger
-	e := Evidence{Node: o.Node, Resource: o.Resource, RuntimeClass: o.RuntimeClass}
-
-	client, exec, kubeErr := kubeClient(o)
-	if o.Exec == nil {
-		o.Exec = exec
+// RunExplain collects the evidence for pod name and explains it. The error
+// is for a cancelled context or a pod that could not be read.
+func RunExplain(ctx context.Context, o Options, name string) (check.ExplainReport, error) {
+	e := collect.Pod(ctx, o, name)
+	if err := ctx.Err(); err != nil {
+		return check.ExplainReport{}, err
 	}
-	if kubeErr == "" {
-		node, err := resolveNode(ctx, client, o.Node, o.Resource)
-		if err != nil {
-			kubeErr = err.Error()
-		} else {
-			e.Node = node
-		}
+	if e.Unread != "" {
+		return check.ExplainReport{Evidence: e}, errors.New(e.Unread)
 	}
-	if kubeErr != "" {
-		log.Warn("no cluster evidence", "why", kubeErr)
-		e.NodeStatus.Unread, e.Selected.Unread, e.Ledger.Unread, e.Allocate.Unread = kubeErr, kubeErr, kubeErr, kubeErr
-		e.RuntimeCls.Unread, e.NRI.ErrorsUnread, e.App.Unread = kubeErr, kubeErr, kubeErr
-		e.PluginPod = DaemonEvidence{App: contract.DevicePluginApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
-		e.NRIPod = DaemonEvidence{App: contract.NRIApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
-		e.DRAPod = DaemonEvidence{App: contract.DRAApp, Namespace: o.DaemonNamespace, Unread: kubeErr}
-		e.App.Selector = appSelector(o)
-	} else {
-		e.NodeStatus = collectNode(ctx, client, e.Node, o.Resource)
-		e.Selected = collectSelected(ctx, client, o)
-		kf := collectPods(ctx, client, e.Node, o.Resource)
-		e.Ledger, e.Allocate, e.NRI.CreateErrors = kf.ledger, kf.allocate, kf.create
-		if kf.err != "" {
-			e.Ledger.Unread, e.Allocate.Unread, e.NRI.ErrorsUnread = kf.err, kf.err, kf.err
-		}
-		e.RuntimeCls = collectRuntimeClass(ctx, client, o.RuntimeClass)
-		e.PluginPod = collectDaemon(ctx, client, o.DaemonNamespace, contract.DevicePluginApp, e.Node, contract.DevicePluginMetricsPort)
-		e.NRIPod = collectDaemon(ctx, client, o.DaemonNamespace, contract.NRIApp, e.Node, contract.NRIMetricsPort)
-		e.DRAPod = collectDaemon(ctx, client, o.DaemonNamespace, contract.DRAApp, e.Node, contract.DRAMetricsPort)
-	}
-	e.Mode = detectMode(o.Mode, e.NodeStatus, e.PluginPod, e.DRAPod)
-	if e.Mode.Mode == contract.DRAModeDRA {
-		e.DRA = collectDRA(ctx, client, e.Node, o, e.DRAPod)
-	}
-	if kubeErr == "" {
-		e.App = collectApp(ctx, client, e.Node, o, e.DRA)
-	}
-	o.DevicePluginMetrics = metricsURL(o.DevicePluginMetrics, e.PluginPod)
-	o.NRIMetrics = metricsURL(o.NRIMetrics, e.NRIPod)
-
-	if o.Remote {
-		const why = "not on the worker (--remote)"
-		e.SMI = SMIEvidence{Path: o.NvidiaSMI, Unread: why}
-		e.KubeletDir = KubeletDirEvidence{Dir: o.KubeletDir, Unread: why}
-		e.Containerd = ContainerdEvidence{Path: o.ContainerdConfig, Unread: why}
-	} else {
-		e.SMI = collectSMI(ctx, o.NvidiaSMI)
-		e.KubeletDir = collectKubeletDir(o.KubeletDir)
-		e.Containerd = collectContainerd(o.ContainerdConfig)
-	}
-	// Metrics are read over the pod network, so --remote does not stop them.
-	e.Plugin = collectPlugin(ctx, o, e.PluginPod)
-	collectNRIMetrics(ctx, o, e.NRIPod, &e.NRI)
-
-	kind := contract.CDIKind(o.CDIVendor, o.CDIClass)
-	if o.Remote {
-		e.CDI = CDIEvidence{Dirs: o.CDISpecDirs, Wanted: wantedNames(e, kind), Unread: "not on the worker (--remote)"}
-	} else {
-		e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, kind))
-	}
-	log.Debug("evidence collected", "node", e.Node)
-	return e
+	return check.ExplainReport{Explanation: check.Explain(e), Evidence: e}, nil
 }
 
-// metricsURL is the URL given, else the one found from the daemon's pod.
-func metricsURL(given string, d DaemonEvidence) string {
-	if given != "" {
-		return given
-	}
-	return d.MetricsURL
-}
-
-func kubeClient(o Options) (kubernetes.Interface, ExecFunc, string) {
-	switch {
-	case o.Client != nil:
-		return o.Client, nil, ""
-	case o.NoKube:
-		return nil, nil, "the API server is not consulted (--no-kube)"
-	}
-	c, exec, err := clientAndExec(o.Kubeconfig)
-	if err != nil {
-		return nil, nil, err.Error()
-	}
-	return c, exec, ""
-}
+// WriteTable writes r as the human table, as the command does.
+func WriteTable(w io.Writer, r Report) error { return render.WriteTable(w, r) }

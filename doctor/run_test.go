@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,9 +19,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/nvinject/nvinject/doctor/promtext"
+	"github.com/nvinject/nvinject/doctor/check"
 	"github.com/nvinject/nvinject/shared/contract"
 )
+
+const uuid = "GPU-4f1c7a52-9b7e-4c1d-8a3e-000000000001"
+
+// refusedMsg is containerd's default validator refusing a GPU container
+// while nvinject-nri is not connected (kubelet's CreateContainerError).
+const refusedMsg = `failed to create containerd container: validator "00-default-validator" rejected container adjustment, reason: validation error: required plugin "nvinject" not present`
 
 // nriDialErr is nvinject-nri's last error when containerd's NRI socket is
 // not there (its termination message, FallbackToLogsOnError).
@@ -186,71 +191,71 @@ func TestRun(t *testing.T) {
 		probe     string
 		// nriMetrics, when set, is what nvinject-nri's /metrics serves.
 		nriMetrics string
-		want       map[Layer]Status
-		evidence   map[Layer]string
-		fix        map[Layer]string
+		want       map[check.Layer]check.Status
+		evidence   map[check.Layer]string
+		fix        map[check.Layer]string
 		// firstBroken is the first broken layer, the one the table says to
 		// fix first; set, the report must have one (exit status 1).
-		firstBroken Layer
+		firstBroken check.Layer
 	}{
 		{name: "healthy", client: cluster(uuid),
-			want: map[Layer]Status{LayerDriver: OK, LayerRegistration: OK, LayerHealth: OK, LayerScheduling: OK, LayerAllocate: OK, LayerCDIRuntime: OK, LayerApplication: OK}},
+			want: map[check.Layer]check.Status{check.LayerDriver: check.OK, check.LayerRegistration: check.OK, check.LayerHealth: check.OK, check.LayerScheduling: check.OK, check.LayerAllocate: check.OK, check.LayerCDIRuntime: check.OK, check.LayerApplication: check.OK}},
 		{name: "GPU taken", client: cluster(uuid, pending),
-			want:     map[Layer]Status{LayerScheduling: Broken, LayerCDIRuntime: OK},
-			evidence: map[Layer]string{LayerScheduling: "default/second Pending: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu"}},
+			want:     map[check.Layer]check.Status{check.LayerScheduling: check.Broken, check.LayerCDIRuntime: check.OK},
+			evidence: map[check.Layer]string{check.LayerScheduling: "default/second Pending: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu"}},
 		{name: "selected GPU has no CDI device", client: cluster("GPU-ffffffff-0000-0000-0000-000000000000"),
-			want:     map[Layer]Status{LayerDriver: Broken, LayerCDIRuntime: Broken},
-			evidence: map[Layer]string{LayerCDIRuntime: "nvidia.com/gpu=GPU-ffffffff-0000-0000-0000-000000000000 resolves to no device"}},
+			want:     map[check.Layer]check.Status{check.LayerDriver: check.Broken, check.LayerCDIRuntime: check.Broken},
+			evidence: map[check.Layer]string{check.LayerCDIRuntime: "nvidia.com/gpu=GPU-ffffffff-0000-0000-0000-000000000000 resolves to no device"}},
 		{name: "device plugin crash-loops on MIG", client: stopped, noMetrics: true,
-			want: map[Layer]Status{LayerRegistration: Broken, LayerHealth: Broken},
-			evidence: map[Layer]string{
-				LayerRegistration: "waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + mig,
-				LayerHealth:       "allocatable=0 because nvinject-device-plugin stopped"}},
+			want: map[check.Layer]check.Status{check.LayerRegistration: check.Broken, check.LayerHealth: check.Broken},
+			evidence: map[check.Layer]string{
+				check.LayerRegistration: "waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + mig,
+				check.LayerHealth:       "allocatable=0 because nvinject-device-plugin stopped"}},
 		{name: "probe: every library loads, CUDA sees no device", client: cluster(uuid),
 			probe:    `{"libraries":[{"name":"libcuda.so.1","ok":true}],"calls":[{"call":"cuInit(0)","code":100,"name":"CUDA_ERROR_NO_DEVICE"}],"all_loaded":true}`,
-			want:     map[Layer]Status{LayerApplication: OK},
-			evidence: map[Layer]string{LayerApplication: "gpu-probe: all 1 driver libraries load; cuInit(0) = 100 CUDA_ERROR_NO_DEVICE"}},
+			want:     map[check.Layer]check.Status{check.LayerApplication: check.OK},
+			evidence: map[check.Layer]string{check.LayerApplication: "gpu-probe: all 1 driver libraries load; cuInit(0) = 100 CUDA_ERROR_NO_DEVICE"}},
 		{name: "probe: a driver library does not load", client: cluster(uuid),
 			probe:    `{"libraries":[{"name":"libcuda.so.1","ok":true},{"name":"libnvidia-nvvm.so.4","ok":false,"error":"cannot open shared object file"}],"calls":[],"all_loaded":false}`,
-			want:     map[Layer]Status{LayerApplication: Broken},
-			evidence: map[Layer]string{LayerApplication: "libnvidia-nvvm.so.4 does not load in the container (driver/user-space compatibility): cannot open shared object file"}},
+			want:     map[check.Layer]check.Status{check.LayerApplication: check.Broken},
+			evidence: map[check.Layer]string{check.LayerApplication: "libnvidia-nvvm.so.4 does not load in the container (driver/user-space compatibility): cannot open shared object file"}},
 		{name: "probe: cuInit fails", client: cluster(uuid),
 			probe:    `{"libraries":[{"name":"libcuda.so.1","ok":true}],"calls":[{"call":"cuInit(0)","code":803,"name":"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"}],"all_loaded":true}`,
-			want:     map[Layer]Status{LayerApplication: Broken},
-			evidence: map[Layer]string{LayerApplication: "cuInit(0) = 803 CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"}},
+			want:     map[check.Layer]check.Status{check.LayerApplication: check.Broken},
+			evidence: map[check.Layer]string{check.LayerApplication: "cuInit(0) = 803 CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"}},
 		{name: "probe not in the image", client: cluster(uuid), probe: "-",
-			want:     map[Layer]Status{LayerApplication: OK},
-			evidence: map[Layer]string{LayerApplication: "no in-container probe"}},
+			want:     map[check.Layer]check.Status{check.LayerApplication: check.OK},
+			evidence: map[check.Layer]string{check.LayerApplication: "no in-container probe"}},
 		{name: "nvinject-nri cannot mount the NRI socket dir", client: withNRI(nriPending()),
-			want:     map[Layer]Status{LayerInjection: Broken},
-			evidence: map[Layer]string{LayerInjection: "nvinject-nri is not running on " + nodeName + ", so containerd refuses every GPU pod there (fail-closed): pod nvidia-device-plugin/nvinject-nri-x1 Pending ready=false restarts=0 waiting=ContainerCreating; event FailedMount: " + nriMountFailed},
-			fix:      map[Layer]string{LayerInjection: "set its hostPath in the nvinject-nri DaemonSet (volume nri-socket in deploy/base/nri-daemonset.yaml"}},
+			want:     map[check.Layer]check.Status{check.LayerInjection: check.Broken},
+			evidence: map[check.Layer]string{check.LayerInjection: "nvinject-nri is not running on " + nodeName + ", so containerd refuses every GPU pod there (fail-closed): pod nvidia-device-plugin/nvinject-nri-x1 Pending ready=false restarts=0 waiting=ContainerCreating; event FailedMount: " + nriMountFailed},
+			fix:      map[check.Layer]string{check.LayerInjection: "set its hostPath in the nvinject-nri DaemonSet (volume nri-socket in deploy/base/nri-daemonset.yaml"}},
 		{name: "nvinject-nri crash-loops", client: withNRI([]runtime.Object{daemonPod(contract.NRIApp, &nriDialErr)}),
-			want:     map[Layer]Status{LayerInjection: Broken},
-			evidence: map[Layer]string{LayerInjection: "waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + nriDialErr},
-			fix:      map[Layer]string{LayerInjection: "correct what the daemon's last error says"}},
+			want:     map[check.Layer]check.Status{check.LayerInjection: check.Broken},
+			evidence: map[check.Layer]string{check.LayerInjection: "waiting=CrashLoopBackOff; last run ended Error (exit code 1): " + nriDialErr},
+			fix:      map[check.Layer]string{check.LayerInjection: "correct what the daemon's last error says"}},
 		{name: "nvinject-nri runs, not connected", client: cluster(uuid), nriMetrics: "nvinject_nri_connected 0\n",
-			want:     map[Layer]Status{LayerInjection: Broken, LayerCDIRuntime: OK},
-			evidence: map[Layer]string{LayerInjection: "nvinject-nri is not connected to containerd (nvinject_nri_connected 0)"},
-			fix:      map[Layer]string{LayerInjection: "containerd's NRI is enabled"}},
+			want:     map[check.Layer]check.Status{check.LayerInjection: check.Broken, check.LayerCDIRuntime: check.OK},
+			evidence: map[check.Layer]string{check.LayerInjection: "nvinject-nri is not connected to containerd (nvinject_nri_connected 0)"},
+			fix:      map[check.Layer]string{check.LayerInjection: "containerd's NRI is enabled"}},
 		{name: "nvinject-nri runs and is connected", client: cluster(uuid),
-			want:     map[Layer]Status{LayerInjection: OK},
-			evidence: map[Layer]string{LayerInjection: "nvinject-nri is connected to containerd's NRI"}},
+			want:     map[check.Layer]check.Status{check.LayerInjection: check.OK},
+			evidence: map[check.Layer]string{check.LayerInjection: "nvinject-nri is connected to containerd's NRI"}},
 		{name: "no nvinject-nri pod on the node", client: withNRI(nil),
-			want:     map[Layer]Status{LayerInjection: Broken},
-			evidence: map[Layer]string{LayerInjection: "no nvinject-nri pod on " + nodeName},
-			fix:      map[Layer]string{LayerInjection: "does not select the node"}},
+			want:     map[check.Layer]check.Status{check.LayerInjection: check.Broken},
+			evidence: map[check.Layer]string{check.LayerInjection: "no nvinject-nri pod on " + nodeName},
+			fix:      map[check.Layer]string{check.LayerInjection: "does not select the node"}},
 		{name: "GPU pod refused while nvinject-nri cannot mount", client: withNRI(nriPending(), refusedGPUPod()),
-			want: map[Layer]Status{LayerAllocate: OK, LayerInjection: Broken, LayerCDIRuntime: OK, LayerApplication: Broken},
-			evidence: map[Layer]string{
-				LayerInjection:   "containerd refused default/vllm-refused[vllm] fail-closed: " + strconv.Quote(refusedMsg),
-				LayerApplication: "default/vllm-refused[vllm] CreateContainerError: refused fail-closed because nvinject-nri is not connected: see the injection layer"},
-			fix:         map[Layer]string{LayerInjection: "volume nri-socket", LayerApplication: "fix the injection layer (nvinject-nri) first"},
-			firstBroken: LayerInjection},
+			want: map[check.Layer]check.Status{check.LayerAllocate: check.OK, check.LayerInjection: check.Broken, check.LayerCDIRuntime: check.OK, check.LayerApplication: check.Broken},
+			evidence: map[check.Layer]string{
+				check.LayerInjection:   "containerd refused default/vllm-refused[vllm] fail-closed: " + strconv.Quote(refusedMsg),
+				check.LayerApplication: "default/vllm-refused[vllm] CreateContainerError: refused fail-closed because nvinject-nri is not connected: see the injection layer"},
+			fix:         map[check.Layer]string{check.LayerInjection: "volume nri-socket", check.LayerApplication: "fix the injection layer (nvinject-nri) first"},
+			firstBroken: check.LayerInjection},
 		{name: "node only", noKube: true,
-			want: map[Layer]Status{LayerDriver: OK, LayerRegistration: Unknown, LayerHealth: OK, LayerScheduling: Unknown, LayerAllocate: Unknown, LayerCDIRuntime: Unknown, LayerApplication: Unknown}},
+			want: map[check.Layer]check.Status{check.LayerDriver: check.OK, check.LayerRegistration: check.Unknown, check.LayerHealth: check.OK, check.LayerScheduling: check.Unknown, check.LayerAllocate: check.Unknown, check.LayerCDIRuntime: check.Unknown, check.LayerApplication: check.Unknown}},
 		{name: "remote", client: cluster(uuid), remote: true,
-			want: map[Layer]Status{LayerDriver: Unknown, LayerRegistration: OK, LayerHealth: OK, LayerScheduling: OK, LayerAllocate: OK, LayerCDIRuntime: Unknown, LayerApplication: OK}},
+			want: map[check.Layer]check.Status{check.LayerDriver: check.Unknown, check.LayerRegistration: check.OK, check.LayerHealth: check.OK, check.LayerScheduling: check.OK, check.LayerAllocate: check.OK, check.LayerCDIRuntime: check.Unknown, check.LayerApplication: check.OK}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -284,7 +289,7 @@ func TestRun(t *testing.T) {
 				if v.Status != want || !strings.Contains(strings.Join(v.Evidence, "\n"), tt.evidence[layer]) {
 					t.Errorf("%s = %s, want %s with %q\n%s", layer, v.Status, want, tt.evidence[layer], strings.Join(v.Evidence, "\n"))
 				}
-				if !strings.Contains(v.Fix, tt.fix[layer]) || (want == Broken && v.Fix == "") {
+				if !strings.Contains(v.Fix, tt.fix[layer]) || (want == check.Broken && v.Fix == "") {
 					t.Errorf("%s fix %q, want it to contain %q", layer, v.Fix, tt.fix[layer])
 				}
 			}
@@ -295,29 +300,18 @@ func TestRun(t *testing.T) {
 	}
 }
 
-func TestDaemonMetricsFoundFromPod(t *testing.T) {
-	d := collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, nodeName, contract.NRIMetricsPort)
-	if d.MetricsURL != "http://10.0.0.5:9482/metrics" || !d.running() {
-		t.Errorf("got %+v", d)
-	}
-	d = collectDaemon(context.Background(), cluster(uuid), contract.Namespace, contract.NRIApp, "other-node", contract.NRIMetricsPort)
-	if d.Pod != "" || d.running() || !strings.Contains(d.describe(), "no nvinject-nri pod") {
-		t.Errorf("a pod on another node was taken: %+v", d)
-	}
-}
-
-// TestHeldGPUsFromMetrics: the device plugin's gpu_held series become
-// HeldGPU evidence; a series at 0 is not a holder.
-func TestHeldGPUsFromMetrics(t *testing.T) {
-	f, err := promtext.Parse(strings.NewReader(`nvinject_device_plugin_gpu_held{uuid="GPU-b",holder="dra-claim",pod="default/vllm",claim="default/vllm-gpu"} 1
-nvinject_device_plugin_gpu_held{uuid="GPU-a",holder="unknown",pod="",claim=""} 1
-nvinject_device_plugin_gpu_held{uuid="GPU-c",holder="dra-claim",pod="default/old",claim="default/old-gpu"} 0
-`))
+// TestRunExplain: the explain pipeline turns a pod it can read into its
+// chain and a pod it cannot read into an error naming it.
+func TestRunExplain(t *testing.T) {
+	cs := fake.NewClientset(gpuPod("vllm-demo-1", nodeName, corev1.PodRunning))
+	r, err := RunExplain(context.Background(), Options{Client: cs, PodNamespace: "default"}, "vllm-demo-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []HeldGPU{{UUID: "GPU-a", Holder: contract.HeldUnknown}, {UUID: "GPU-b", Holder: contract.HeldByDRAClaim, Pod: "default/vllm", Claim: "default/vllm-gpu"}}
-	if got := heldGPUs(f); !slices.Equal(got, want) {
-		t.Errorf("heldGPUs = %+v, want %+v", got, want)
+	if r.Explanation.Pod != "default/vllm-demo-1" || len(r.Explanation.Containers) != 1 || r.Explanation.Containers[0].Name != "vllm" || r.Evidence.Node != nodeName {
+		t.Errorf("explanation %+v from evidence %+v", r.Explanation, r.Evidence)
+	}
+	if _, err := RunExplain(context.Background(), Options{Client: cs}, "absent"); err == nil || !strings.Contains(err.Error(), "get pod default/absent") {
+		t.Errorf("absent pod: %v", err)
 	}
 }

@@ -24,6 +24,9 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/doctor"
+	"github.com/nvinject/nvinject/doctor/check"
+	"github.com/nvinject/nvinject/doctor/collect"
+	"github.com/nvinject/nvinject/doctor/render"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/logging"
@@ -54,8 +57,8 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(args) > 0 && args[0] == "explain" {
 		return explainRun(ctx, args[1:], stdout, stderr)
 	}
-	d := doctor.Defaults()
-	o := doctor.Options{}
+	d := collect.Defaults()
+	o := collect.Options{}
 	cdiDirs := cli.NewStringList(d.CDISpecDirs...)
 	var asJSON, explain, verbose bool
 	var logFlags logging.Flags
@@ -102,7 +105,7 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return cli.Usagef("unexpected arguments %q; everything is given by flags", c.Args())
 	}
 	if explain {
-		return doctor.WriteExplain(stdout)
+		return render.WriteExplain(stdout)
 	}
 	if verbose {
 		logFlags.Level = "debug"
@@ -123,9 +126,9 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return err
 	}
-	write := doctor.WriteTable
+	write := render.WriteTable
 	if asJSON {
-		write = func(w io.Writer, r doctor.Report) error { return doctor.WriteJSON(w, r) }
+		write = func(w io.Writer, r check.Report) error { return render.WriteJSON(w, r) }
 	}
 	if err := write(stdout, r); err != nil {
 		return fmt.Errorf("write report: %w", err)
@@ -139,8 +142,8 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // explainRun is `nvinject-doctor explain [flags] POD`: one pod's chain from
 // nvinject-nri's audit Events and the live objects. Flags may follow POD.
 func explainRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	d := doctor.Defaults()
-	o := doctor.Options{PodNamespace: doctor.DefaultPodNamespace}
+	d := collect.Defaults()
+	o := collect.Options{PodNamespace: collect.DefaultPodNamespace}
 	var asJSON bool
 	var logFlags logging.Flags
 	timeout := 30 * time.Second
@@ -183,7 +186,7 @@ func explainRun(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("explain %s/%s: %w", o.PodNamespace, args[0], err)
 	}
 	if asJSON {
-		return doctor.WriteJSON(stdout, r)
+		return render.WriteJSON(stdout, r)
 	}
-	return doctor.WriteExplanation(stdout, r.Explanation)
+	return render.WriteExplanation(stdout, r.Explanation)
 }

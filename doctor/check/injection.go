@@ -1,10 +1,11 @@
-package doctor
+package check
 
 import (
 	"fmt"
 	"regexp"
 	"strings"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -39,27 +40,27 @@ func requiredPluginRefusal(msg string) bool {
 	return strings.Contains(msg, "required plugin") && strings.Contains(msg, `"`+contract.NRIPluginName) && strings.Contains(msg, "not present")
 }
 
-func checkInjection(e Evidence) Verdict {
+func checkInjection(e evidence.Evidence) Verdict {
 	var f finding
 	d, n := e.NRIPod, e.NRI
 	// A pod that does not run is described in its problem below.
-	if d.running() {
-		f.fact("%s: %s", contract.NRIApp, d.describe())
+	if d.Running() {
+		f.fact("%s: %s", contract.NRIApp, d.Describe())
 	}
 	if n.MetricsUnread == "" {
-		f.fact("%s metrics %s: %s=%s", contract.NRIApp, n.URL, MetricNRIConnected, num(n.Connected))
+		f.fact("%s metrics %s: %s=%s", contract.NRIApp, n.URL, contract.MetricNRIConnected, num(n.Connected))
 	}
 	switch {
-	case d.known() && d.Pod == "":
-		f.problem(daemonFix(d), "no %s pod on %s, so containerd refuses every GPU pod there (fail-closed): %s", contract.NRIApp, e.Node, d.describe())
-	case d.known() && !d.running():
-		f.problem(nriStartFix(d), "%s is not running on %s, so containerd refuses every GPU pod there (fail-closed): %s", contract.NRIApp, e.Node, d.describe())
+	case d.Known() && d.Pod == "":
+		f.problem(daemonFix(d), "no %s pod on %s, so containerd refuses every GPU pod there (fail-closed): %s", contract.NRIApp, e.Node, d.Describe())
+	case d.Known() && !d.Running():
+		f.problem(nriStartFix(d), "%s is not running on %s, so containerd refuses every GPU pod there (fail-closed): %s", contract.NRIApp, e.Node, d.Describe())
 	case n.MetricsUnread != "":
 		f.unread(contract.NRIApp+" metrics "+n.URL, n.MetricsUnread)
 	case n.Connected == nil:
-		f.unread(contract.NRIApp+" metrics "+n.URL, MetricNRIConnected+" is absent")
+		f.unread(contract.NRIApp+" metrics "+n.URL, contract.MetricNRIConnected+" is absent")
 	case *n.Connected == 0:
-		f.problem(fixNRI, "%s is not connected to containerd (%s 0), so containerd refuses every GPU pod on %s (fail-closed)", contract.NRIApp, MetricNRIConnected, e.Node)
+		f.problem(fixNRI, "%s is not connected to containerd (%s 0), so containerd refuses every GPU pod on %s (fail-closed)", contract.NRIApp, contract.MetricNRIConnected, e.Node)
 	default:
 		f.fact("%s is connected to containerd's NRI", contract.NRIApp)
 	}
@@ -70,7 +71,7 @@ func checkInjection(e Evidence) Verdict {
 
 // refusedPods lists the containers containerd refused because nvinject-nri
 // was not connected; with no other problem found they are the problem.
-func refusedPods(n NRIEvidence, f *finding) {
+func refusedPods(n evidence.NRIEvidence, f *finding) {
 	if n.ErrorsUnread != "" {
 		f.unread("container errors on the node", n.ErrorsUnread)
 		return
@@ -89,7 +90,7 @@ func refusedPods(n NRIEvidence, f *finding) {
 
 // nriStartFix tells how to get nvinject-nri's pod running: a hostPath
 // kubelet cannot mount names the volume to point elsewhere.
-func nriStartFix(d DaemonEvidence) string {
+func nriStartFix(d evidence.DaemonEvidence) string {
 	for _, ev := range d.Events {
 		m := mountVolume.FindStringSubmatch(ev.Message)
 		if ev.Reason != "FailedMount" || m == nil {

@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -24,8 +25,8 @@ const maxDaemonMessage = 600
 // and the message its last run ended with (the DaemonSets set
 // terminationMessagePolicy: FallbackToLogsOnError, so that is the daemon's
 // own last error).
-func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, node string, port int) DaemonEvidence {
-	ev := DaemonEvidence{App: app, Namespace: namespace}
+func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, node string, port int) evidence.DaemonEvidence {
+	ev := evidence.DaemonEvidence{App: app, Namespace: namespace}
 	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
 		LabelSelector: contract.AppLabel + "=" + app,
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
@@ -63,7 +64,7 @@ func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, 
 			ev.LastError = terminationText(t)
 		}
 	}
-	if !ev.running() {
+	if !ev.Running() {
 		ev.Events = daemonEvents(ctx, c, pod)
 	}
 	return ev
@@ -76,7 +77,7 @@ const maxDaemonEvents = contract.MaxListed
 // first: kubelet's and the runtime's words for why the pod does not run
 // (FailedMount, FailedCreatePodSandBox, BackOff). An unreadable list
 // leaves them out; the pod's state still says it does not run.
-func daemonEvents(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) []DaemonEvent {
+func daemonEvents(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) []evidence.DaemonEvent {
 	list, err := c.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
 		fields.OneTermEqualSelector("involvedObject.name", pod.Name), fields.OneTermEqualSelector("type", corev1.EventTypeWarning)).String()})
 	if err != nil {
@@ -94,9 +95,9 @@ func daemonEvents(ctx context.Context, c kubernetes.Interface, pod *corev1.Pod) 
 	}
 	events := slices.Collect(maps.Values(latest))
 	slices.SortFunc(events, func(a, b corev1.Event) int { return eventTime(b).Compare(eventTime(a).Time) })
-	var out []DaemonEvent
+	var out []evidence.DaemonEvent
 	for _, e := range events[:min(len(events), maxDaemonEvents)] {
-		out = append(out, DaemonEvent{Reason: e.Reason, Message: cutTail(e.Message)})
+		out = append(out, evidence.DaemonEvent{Reason: e.Reason, Message: cutTail(e.Message)})
 	}
 	return out
 }
@@ -125,38 +126,6 @@ func terminationText(t *corev1.ContainerStateTerminated) string {
 	s := fmt.Sprintf("%s (exit code %d)", t.Reason, t.ExitCode)
 	if msg != "" {
 		s += ": " + msg
-	}
-	return s
-}
-
-// known says whether the daemon's pod was looked up (through the API).
-func (d DaemonEvidence) known() bool { return d.App != "" && d.Unread == "" }
-
-// running says whether the daemon's pod runs and is ready.
-func (d DaemonEvidence) running() bool {
-	return d.Unread == "" && d.Pod != "" && d.Phase == string(corev1.PodRunning) && d.Ready && d.Waiting == ""
-}
-
-// describe is the daemon's state in one line.
-func (d DaemonEvidence) describe() string {
-	switch {
-	case d.Unread != "":
-		return d.Unread
-	case d.Pod == "":
-		return fmt.Sprintf("no %s pod (%s=%s in %s) on the node", d.App, contract.AppLabel, d.App, d.Namespace)
-	}
-	s := fmt.Sprintf("pod %s/%s %s ready=%t restarts=%d", d.Namespace, d.Pod, d.Phase, d.Ready, d.Restarts)
-	if d.Waiting != "" {
-		s += " waiting=" + d.Waiting
-	}
-	if d.WaitingMessage != "" {
-		s += " " + strconv.Quote(d.WaitingMessage)
-	}
-	if d.LastError != "" {
-		s += "; last run ended " + d.LastError
-	}
-	for _, e := range d.Events {
-		s += fmt.Sprintf("; event %s: %s", e.Reason, e.Message)
 	}
 	return s
 }

@@ -1,15 +1,12 @@
-package doctor
+package check
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -57,25 +54,12 @@ const eventTTL = time.Hour
 
 // ExplainReport is one explain run: the chain and the evidence it came from.
 type ExplainReport struct {
-	Explanation Explanation     `json:"explanation"`
-	Evidence    ExplainEvidence `json:"evidence"`
-}
-
-// RunExplain collects the evidence for pod name and explains it. The error
-// is for a cancelled context or a pod that could not be read.
-func RunExplain(ctx context.Context, o Options, name string) (ExplainReport, error) {
-	e := CollectExplain(ctx, o, name)
-	if err := ctx.Err(); err != nil {
-		return ExplainReport{}, err
-	}
-	if e.Unread != "" {
-		return ExplainReport{Evidence: e}, errors.New(e.Unread)
-	}
-	return ExplainReport{Explanation: Explain(e), Evidence: e}, nil
+	Explanation Explanation              `json:"explanation"`
+	Evidence    evidence.ExplainEvidence `json:"evidence"`
 }
 
 // Explain is the chain e shows; it does no I/O.
-func Explain(e ExplainEvidence) Explanation {
+func Explain(e evidence.ExplainEvidence) Explanation {
 	x := Explanation{Pod: e.Pod.String()}
 	node := e.Node
 	if node == "" {
@@ -87,7 +71,7 @@ func Explain(e ExplainEvidence) Explanation {
 	}
 	x.Facts = append(x.Facts, fmt.Sprintf("uid %s on %s: phase %s, RuntimeClass %s, created %s", orDash(e.UID), node, orDash(e.Phase), rc, e.Created.Format(time.RFC3339)))
 	if e.Node != "" {
-		x.Facts = append(x.Facts, "nvinject-nri: "+e.NRI.Pod.describe()+"; "+e.NRI.audit())
+		x.Facts = append(x.Facts, "nvinject-nri: "+e.NRI.Pod.Describe()+"; "+auditState(e.NRI))
 	}
 	for _, c := range e.Claims {
 		x.Facts = append(x.Facts, "claim "+claimText(c))
@@ -95,7 +79,7 @@ func Explain(e ExplainEvidence) Explanation {
 	if e.ClaimsUnread != "" {
 		x.Facts = append(x.Facts, "could not read the pod's claims: "+e.ClaimsUnread)
 	}
-	byContainer := map[string][]AuditRecord{}
+	byContainer := map[string][]evidence.AuditRecord{}
 	for _, r := range e.Records {
 		if r.Unparsed != "" {
 			x.Facts = append(x.Facts, fmt.Sprintf("audit Event %s is not an audit note: %s", r.Reason, r.Unparsed))
@@ -113,7 +97,7 @@ func Explain(e ExplainEvidence) Explanation {
 	return x
 }
 
-func chain(e ExplainEvidence, c ExplainContainer, recs []AuditRecord) ContainerChain {
+func chain(e evidence.ExplainEvidence, c evidence.ExplainContainer, recs []evidence.AuditRecord) ContainerChain {
 	cc := ContainerChain{Name: c.Name}
 	if c.Init {
 		cc.Name += " (init)"
@@ -137,7 +121,7 @@ func chain(e ExplainEvidence, c ExplainContainer, recs []AuditRecord) ContainerC
 	return cc
 }
 
-func requested(c ExplainContainer, resource string) string {
+func requested(c evidence.ExplainContainer, resource string) string {
 	var parts []string
 	if c.GPUs > 0 {
 		parts = append(parts, fmt.Sprintf("%s: %d", resource, c.GPUs))
@@ -151,18 +135,11 @@ func requested(c ExplainContainer, resource string) string {
 	return strings.Join(parts, ", ")
 }
 
-func (r ClaimRef) String() string {
-	if r.Request == "" {
-		return r.Claim
-	}
-	return r.Claim + " request " + r.Request
-}
-
 // allocated is what the scheduler allocated the container's claims.
-func allocated(c ExplainContainer, claims []Claim) string {
+func allocated(c evidence.ExplainContainer, claims []evidence.Claim) string {
 	var parts []string
 	for _, r := range c.Claims {
-		i := slices.IndexFunc(claims, func(cl Claim) bool { return cl.Name == r.Claim })
+		i := slices.IndexFunc(claims, func(cl evidence.Claim) bool { return cl.Name == r.Claim })
 		switch {
 		case i < 0:
 			parts = append(parts, r.Claim+": not read")
@@ -184,7 +161,7 @@ func allocated(c ExplainContainer, claims []Claim) string {
 	return strings.Join(parts, "; ")
 }
 
-func claimText(c Claim) string {
+func claimText(c evidence.Claim) string {
 	s := c.String()
 	if c.Extended {
 		s += " (the scheduler's, for the extended resource)"
@@ -203,7 +180,7 @@ func claimText(c Claim) string {
 	return s
 }
 
-func verdictText(r AuditRecord) string {
+func verdictText(r evidence.AuditRecord) string {
 	v := r.Note.Verdict
 	if word, rest, ok := strings.Cut(v, " "); ok {
 		v = strings.ToUpper(word) + " " + rest
@@ -218,7 +195,7 @@ func verdictText(r AuditRecord) string {
 	return s + ")"
 }
 
-func nowText(c ExplainContainer) string {
+func nowText(c evidence.ExplainContainer) string {
 	s := orDash(c.State)
 	if c.State == "running" {
 		s += fmt.Sprintf(", ready=%t", c.Ready)
@@ -242,7 +219,7 @@ const requiredPluginMissing = `required plugin "` + contract.NRIPluginName + `" 
 
 // noRecordWhy says why no audit Event explains container c, as certainly as
 // the evidence allows.
-func noRecordWhy(e ExplainEvidence, c ExplainContainer) string {
+func noRecordWhy(e evidence.ExplainEvidence, c evidence.ExplainContainer) string {
 	logs := fmt.Sprintf("kubectl -n %s logs %s | grep %s", e.NRI.Pod.Namespace, orDash(e.NRI.Pod.Pod), contract.Quote(`"pod":"`+e.Pod.Namespace+"/"+e.Pod.Name+`"`))
 	switch {
 	case e.RecordsUnread != "":
@@ -259,14 +236,14 @@ func noRecordWhy(e ExplainEvidence, c ExplainContainer) string {
 	var why []string
 	n := e.NRI
 	switch {
-	case n.Pod.known() && n.Pod.Pod == "":
+	case n.Pod.Known() && n.Pod.Pod == "":
 		why = append(why, "no nvinject-nri pod runs on "+e.Node)
 	case n.AuditEnabled != nil && *n.AuditEnabled == 0:
 		why = append(why, "nvinject-nri on "+e.Node+" has no API access and records no Events (its log says \"no API server access\")")
 	case n.MetricsUnread == "" && n.AuditEnabled == nil:
 		why = append(why, "nvinject-nri on "+e.Node+" exports no "+contract.MetricNRIAuditEnabled+": it predates the audit trail")
 	}
-	if lost := n.lost(); lost != "" {
+	if lost := lostEvents(n); lost != "" {
 		why = append(why, "nvinject-nri could not record "+lost+" since it started; this container's may be among them")
 	}
 	if age := e.Now.Sub(e.Created); age > eventTTL {
@@ -281,8 +258,8 @@ func noRecordWhy(e ExplainEvidence, c ExplainContainer) string {
 	return strings.Join(why, "; ") + "; nvinject-nri's log has every verdict: " + logs
 }
 
-// audit is nvinject-nri's audit state in one phrase.
-func (n ExplainNRI) audit() string {
+// auditState is nvinject-nri's audit state in one phrase.
+func auditState(n evidence.ExplainNRI) string {
 	switch {
 	case n.MetricsUnread != "":
 		return "audit metrics unread: " + n.MetricsUnread
@@ -292,14 +269,14 @@ func (n ExplainNRI) audit() string {
 		return "audit Events off: no API access"
 	}
 	s := fmt.Sprintf("audit Events on, %v sent", n.AuditOutcomes[contract.AuditSent])
-	if lost := n.lost(); lost != "" {
+	if lost := lostEvents(n); lost != "" {
 		s += ", not recorded " + lost
 	}
 	return s
 }
 
-// lost counts the Events nvinject-nri dropped or could not write ("" for none).
-func (n ExplainNRI) lost() string {
+// lostEvents counts the Events nvinject-nri dropped or could not write ("" for none).
+func lostEvents(n evidence.ExplainNRI) string {
 	var parts []string
 	total := 0.0
 	for _, o := range []string{contract.AuditQueueFull, contract.AuditRateLimited, contract.AuditFailed} {
@@ -314,24 +291,9 @@ func (n ExplainNRI) lost() string {
 	return fmt.Sprintf("%v Events (%s)", total, strings.Join(parts, ", "))
 }
 
-// WriteExplanation writes the chain as text.
-func WriteExplanation(w io.Writer, x Explanation) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "pod %s\n", x.Pod)
-	for _, f := range x.Facts {
-		fmt.Fprintf(tw, "  %s\n", oneLine(f))
+func orDash(s string) string {
+	if s == "" {
+		return "-"
 	}
-	for _, c := range x.Containers {
-		fmt.Fprintf(tw, "\ncontainer %s\n", c.Name)
-		for _, s := range c.Steps {
-			if s.Label == StepNow && c.NoRecord != "" {
-				fmt.Fprintf(tw, "  no record\t%s\n", oneLine(c.NoRecord))
-			}
-			fmt.Fprintf(tw, "  %s\t%s\n", s.Label, oneLine(s.Text))
-		}
-		for _, h := range c.History {
-			fmt.Fprintf(tw, "  earlier\t%s\n", oneLine(h))
-		}
-	}
-	return tw.Flush()
+	return s
 }

@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -14,12 +14,14 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvinject/nvinject/doctor/ctrdconfig"
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/doctor/smi"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
-func collectSMI(ctx context.Context, path string) SMIEvidence {
-	ev := SMIEvidence{Path: path}
+func collectSMI(ctx context.Context, path string) evidence.SMIEvidence {
+	ev := evidence.SMIEvidence{Path: path}
 	r, err := smi.Run(ctx, path)
 	if err != nil {
 		ev.Unread = err.Error()
@@ -27,13 +29,13 @@ func collectSMI(ctx context.Context, path string) SMIEvidence {
 	}
 	ev.Output, ev.Failed = r.Output, r.Failed
 	for _, g := range r.GPUs {
-		ev.GPUs = append(ev.GPUs, GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, MIGMode: g.MIGMode})
+		ev.GPUs = append(ev.GPUs, evidence.GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, MIGMode: g.MIGMode})
 	}
 	return ev
 }
 
-func collectKubeletDir(dir string) KubeletDirEvidence {
-	ev := KubeletDirEvidence{Dir: dir}
+func collectKubeletDir(dir string) evidence.KubeletDirEvidence {
+	ev := evidence.KubeletDirEvidence{Dir: dir}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		ev.Unread = fmt.Sprintf("list %s (run on the worker, or pass --kubelet-dir): %v", dir, err)
@@ -53,12 +55,12 @@ func collectKubeletDir(dir string) KubeletDirEvidence {
 }
 
 // noMetricsURL says why a daemon's metrics have no URL.
-func noMetricsURL(flagName string, d DaemonEvidence) string {
-	return fmt.Sprintf("no metrics URL (pass --%s, or let the doctor find the pod through the API server): %s", flagName, d.describe())
+func noMetricsURL(flagName string, d evidence.DaemonEvidence) string {
+	return fmt.Sprintf("no metrics URL (pass --%s, or let the doctor find the pod through the API server): %s", flagName, d.Describe())
 }
 
-func collectPlugin(ctx context.Context, o Options, pod DaemonEvidence) PluginEvidence {
-	ev := PluginEvidence{URL: o.DevicePluginMetrics}
+func collectPlugin(ctx context.Context, o Options, pod evidence.DaemonEvidence) evidence.PluginEvidence {
+	ev := evidence.PluginEvidence{URL: o.DevicePluginMetrics}
 	if ev.URL == "" {
 		ev.Unread = noMetricsURL("device-plugin-metrics", pod)
 		return ev
@@ -70,25 +72,25 @@ func collectPlugin(ctx context.Context, o Options, pod DaemonEvidence) PluginEvi
 	}
 	// Labelled counters appear only after their first increment, so on a
 	// plugin that answers, an absent one means zero.
-	ev.Registrations = orZero(f.SumWhere(MetricRegistrations, "result", "ok"))
-	ev.RegistrationErrors = orZero(f.SumWhere(MetricRegistrations, "result", "error"))
-	ev.Streams = f.Sum(MetricStreams)
-	ev.AllocateErrors = orZero(f.SumWhere(MetricAllocations, "result", "refused"))
-	ev.HealthEvents = healthEvents(f, MetricHealthEvents)
-	ev.Devices = deviceHealth(f, MetricDeviceHealthy)
+	ev.Registrations = orZero(f.SumWhere(contract.MetricRegistrations, "result", "ok"))
+	ev.RegistrationErrors = orZero(f.SumWhere(contract.MetricRegistrations, "result", "error"))
+	ev.Streams = f.Sum(contract.MetricStreams)
+	ev.AllocateErrors = orZero(f.SumWhere(contract.MetricAllocations, "result", "refused"))
+	ev.HealthEvents = healthEvents(f, contract.MetricHealthEvents)
+	ev.Devices = deviceHealth(f, contract.MetricDeviceHealthy)
 	ev.Held = heldGPUs(f)
 	return ev
 }
 
 // heldGPUs reads the device plugin's withheld GPUs.
-func heldGPUs(f promtext.Families) []HeldGPU {
-	var out []HeldGPU
-	for _, s := range f[MetricGPUHeld] {
+func heldGPUs(f promtext.Families) []evidence.HeldGPU {
+	var out []evidence.HeldGPU
+	for _, s := range f[contract.MetricGPUHeld] {
 		if s.Value == 1 {
-			out = append(out, HeldGPU{UUID: s.Labels["uuid"], Holder: s.Labels["holder"], Pod: s.Labels["pod"], Claim: s.Labels["claim"]})
+			out = append(out, evidence.HeldGPU{UUID: s.Labels["uuid"], Holder: s.Labels["holder"], Pod: s.Labels["pod"], Claim: s.Labels["claim"]})
 		}
 	}
-	slices.SortFunc(out, func(a, b HeldGPU) int { return strings.Compare(a.UUID+a.Pod+a.Claim, b.UUID+b.Pod+b.Claim) })
+	slices.SortFunc(out, func(a, b evidence.HeldGPU) int { return strings.Compare(a.UUID+a.Pod+a.Claim, b.UUID+b.Pod+b.Claim) })
 	return out
 }
 
@@ -106,12 +108,12 @@ func healthEvents(f promtext.Families, name string) []string {
 }
 
 // deviceHealth reads a daemon's per-GPU healthy gauge.
-func deviceHealth(f promtext.Families, name string) []DeviceHealth {
-	var out []DeviceHealth
+func deviceHealth(f promtext.Families, name string) []evidence.DeviceHealth {
+	var out []evidence.DeviceHealth
 	for _, s := range f[name] {
-		out = append(out, DeviceHealth{UUID: s.Labels["uuid"], Healthy: s.Value == 1})
+		out = append(out, evidence.DeviceHealth{UUID: s.Labels["uuid"], Healthy: s.Value == 1})
 	}
-	slices.SortFunc(out, func(a, b DeviceHealth) int { return strings.Compare(a.UUID, b.UUID) })
+	slices.SortFunc(out, func(a, b evidence.DeviceHealth) int { return strings.Compare(a.UUID, b.UUID) })
 	return out
 }
 
@@ -122,7 +124,7 @@ func orZero(p *float64) *float64 {
 	return p
 }
 
-func collectNRIMetrics(ctx context.Context, o Options, pod DaemonEvidence, ev *NRIEvidence) {
+func collectNRIMetrics(ctx context.Context, o Options, pod evidence.DaemonEvidence, ev *evidence.NRIEvidence) {
 	ev.URL = o.NRIMetrics
 	if ev.URL == "" {
 		ev.MetricsUnread = noMetricsURL("nri-metrics", pod)
@@ -133,8 +135,8 @@ func collectNRIMetrics(ctx context.Context, o Options, pod DaemonEvidence, ev *N
 		ev.MetricsUnread = err.Error()
 		return
 	}
-	ev.Connected = f.Sum(MetricNRIConnected)
-	for _, s := range f[MetricNRIRefusals] {
+	ev.Connected = f.Sum(contract.MetricNRIConnected)
+	for _, s := range f[contract.MetricNRIRefusals] {
 		if ev.Refusals == nil {
 			ev.Refusals = map[string]float64{}
 		}
@@ -142,8 +144,8 @@ func collectNRIMetrics(ctx context.Context, o Options, pod DaemonEvidence, ev *N
 	}
 }
 
-func collectContainerd(path string) ContainerdEvidence {
-	ev := ContainerdEvidence{Path: path}
+func collectContainerd(path string) evidence.ContainerdEvidence {
+	ev := evidence.ContainerdEvidence{Path: path}
 	c, err := ctrdconfig.Load(path)
 	if err != nil {
 		ev.Unread = err.Error()
@@ -159,7 +161,7 @@ var cdiName = regexp.MustCompile(`[a-z0-9][a-z0-9.-]*/[a-z0-9][a-z0-9._-]*=[A-Za
 // wantedNames are the CDI names pods need: nvinject's names for the
 // selected and published GPUs, the GPUs DRA claims hold, and any name a
 // container error mentions.
-func wantedNames(e Evidence, kind string) []string {
+func wantedNames(e evidence.Evidence, kind string) []string {
 	var out []string
 	add := func(n string) {
 		if !slices.Contains(out, n) {
@@ -176,7 +178,7 @@ func wantedNames(e Evidence, kind string) []string {
 	}
 	if e.DRA != nil {
 		for _, d := range e.DRA.Slices.Devices {
-			if d.UUID != "" && e.DRA.held(d) {
+			if d.UUID != "" && held(e.DRA, d) {
 				add(kind + "=" + d.UUID)
 			}
 		}
@@ -190,8 +192,8 @@ func wantedNames(e Evidence, kind string) []string {
 	return out
 }
 
-func collectCDI(dirs, wanted []string) CDIEvidence {
-	ev := CDIEvidence{Dirs: dirs, Wanted: wanted}
+func collectCDI(dirs, wanted []string) evidence.CDIEvidence {
+	ev := evidence.CDIEvidence{Dirs: dirs, Wanted: wanted}
 	for _, d := range dirs {
 		if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
 			ev.MissingDirs = append(ev.MissingDirs, d)
@@ -214,9 +216,9 @@ func collectCDI(dirs, wanted []string) CDIEvidence {
 		}
 	}
 	for path, errs := range cache.GetErrors() {
-		ev.Errors = append(ev.Errors, SpecError{Path: path, Error: errors.Join(errs...).Error()})
+		ev.Errors = append(ev.Errors, evidence.SpecError{Path: path, Error: errors.Join(errs...).Error()})
 	}
-	slices.SortFunc(ev.Errors, func(a, b SpecError) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(ev.Errors, func(a, b evidence.SpecError) int { return strings.Compare(a.Path, b.Path) })
 	ev.Devices = cache.ListDevices()
 	for _, n := range wanted {
 		if cache.GetDevice(n) == nil {
@@ -224,4 +226,14 @@ func collectCDI(dirs, wanted []string) CDIEvidence {
 		}
 	}
 	return ev
+}
+
+// held says whether a claim holds slice device d.
+func held(e *evidence.DRAEvidence, d evidence.SliceDevice) bool {
+	for _, c := range e.Claims.Claims {
+		if slices.ContainsFunc(c.Devices, func(cd evidence.ClaimDevice) bool { return cd.ID() == d.ID() }) {
+			return true
+		}
+	}
+	return false
 }

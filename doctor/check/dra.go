@@ -1,10 +1,11 @@
-package doctor
+package check
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -28,29 +29,26 @@ const (
 // device-plugin endpoint it dropped.
 const kubeletNoEndpoint = "endpoint not found in cache for a registered resource"
 
-// draMode says whether e was collected on a DRA-mode node.
-func draMode(e Evidence) bool { return e.Mode.Mode == contract.DRAModeDRA && e.DRA != nil }
-
 // ownerFacts reports the node's mode and flags a second owner of the
 // resource: the other daemon on the node, or (DRA) allocatable capacity a
 // device plugin still publishes.
-func ownerFacts(e Evidence, f *finding) {
+func ownerFacts(e evidence.Evidence, f *finding) {
 	f.fact("mode %s (%s)", e.Mode.Mode, e.Mode.Source)
 	other := e.DRAPod
 	if e.Mode.Mode == contract.DRAModeDRA {
 		other = e.PluginPod
 	}
-	if other.known() && other.running() {
-		f.problem(fixTwoOwners, "%s also runs on %s (%s): two owners of %s", other.App, e.Node, other.describe(), e.Resource)
+	if other.Known() && other.Running() {
+		f.problem(fixTwoOwners, "%s also runs on %s (%s): two owners of %s", other.App, e.Node, other.Describe(), e.Resource)
 	}
 }
 
-func checkDRARegistration(e Evidence) Verdict {
+func checkDRARegistration(e evidence.Evidence) Verdict {
 	var f finding
 	ownerFacts(e, &f)
 	d, m, s, c := e.DRAPod, e.DRA.Metrics, e.DRA.Slices, e.DRA.Class
-	if d.known() {
-		f.fact("%s: %s", contract.DRAApp, d.describe())
+	if d.Known() {
+		f.fact("%s: %s", contract.DRAApp, d.Describe())
 	}
 	if m.Unread == "" {
 		f.fact("%s metrics: registered=%s prepared claims=%s health streams=%s", contract.DRAApp, num(m.Registered), num(m.Prepared), num(m.HealthStreams))
@@ -59,8 +57,8 @@ func checkDRARegistration(e Evidence) Verdict {
 		f.fact("ResourceSlices %v: %s", s.Slices, orNone(sliceDevices(s.Devices)))
 	}
 	switch {
-	case d.known() && !d.running():
-		f.problem(daemonFix(d), "%s is not running on %s: %s", contract.DRAApp, e.Node, d.describe())
+	case d.Known() && !d.Running():
+		f.problem(daemonFix(d), "%s is not running on %s: %s", contract.DRAApp, e.Node, d.Describe())
 	case m.Unread == "" && m.Registered != nil && *m.Registered == 0:
 		f.problem(fixDRARegister, "kubelet has not accepted %s's registration (%s=0)", contract.DRADriver, contract.MetricDRARegistered)
 	case s.Unread == "" && len(s.Slices) == 0:
@@ -95,7 +93,7 @@ func heldUnknown(t []string) bool {
 	})
 }
 
-func sliceDevices(ds []SliceDevice) []string {
+func sliceDevices(ds []evidence.SliceDevice) []string {
 	out := make([]string, 0, len(ds))
 	for _, d := range ds {
 		s := fmt.Sprintf("%s %s memory=%s", d.ID(), d.UUID, d.Memory)
@@ -107,16 +105,16 @@ func sliceDevices(ds []SliceDevice) []string {
 	return out
 }
 
-func checkDRAHealth(e Evidence) Verdict {
+func checkDRAHealth(e evidence.Evidence) Verdict {
 	var f finding
 	m, s := e.DRA.Metrics, e.DRA.Slices
 	bad := map[string]bool{}
 	for _, d := range s.Devices {
-		if t := d.taints(contract.DRATaintKey); len(t) > 0 {
+		if t := taints(d, contract.DRATaintKey); len(t) > 0 {
 			bad[d.UUID] = true
 			f.problem(fixDRARecover, "device %s (%s) is tainted %s: new claims avoid it%s", d.ID(), d.UUID, strings.Join(t, ","), eventsNote(m.HealthEvents))
 		}
-		if t := d.taints(contract.DRAHeldTaintKey); heldUnknown(t) {
+		if t := taints(d, contract.DRAHeldTaintKey); heldUnknown(t) {
 			f.problem(fixDRAPodRes, "device %s (%s) is tainted %s: %s cannot read kubelet's PodResources, so no claim gets it", d.ID(), d.UUID, strings.Join(t, ","), contract.DRAApp)
 		} else if len(t) > 0 {
 			f.fact("device %s (%s) is tainted %s: a pod given it by the device plugin before the node moved to DRA still runs; new claims get it once that pod ends", d.ID(), d.UUID, strings.Join(t, ","))
@@ -160,7 +158,7 @@ func checkDRAHealth(e Evidence) Verdict {
 // allocated on the node.
 var draPending = []string{"cannot allocate all claims", "cannot fit resource", "cannot schedule extended resource claim", "resourceclaim not available", "device class"}
 
-func checkDRAScheduling(e Evidence) Verdict {
+func checkDRAScheduling(e evidence.Evidence) Verdict {
 	var f finding
 	l, cl, s := e.Ledger, e.DRA.Claims, e.DRA.Slices
 	if l.Unread != "" || cl.Unread != "" {
@@ -179,11 +177,11 @@ func checkDRAScheduling(e Evidence) Verdict {
 	free, tainted, dpHeld, unknown := 0, 0, 0, 0
 	for _, d := range s.Devices {
 		switch {
-		case len(d.taints(contract.DRATaintKey)) > 0:
+		case len(taints(d, contract.DRATaintKey)) > 0:
 			tainted++
-		case heldUnknown(d.taints(contract.DRAHeldTaintKey)):
+		case heldUnknown(taints(d, contract.DRAHeldTaintKey)):
 			unknown++
-		case len(d.taints(contract.DRAHeldTaintKey)) > 0:
+		case len(taints(d, contract.DRAHeldTaintKey)) > 0:
 			dpHeld++
 		case !held[d.ID()]:
 			free++
@@ -214,7 +212,7 @@ func checkDRAScheduling(e Evidence) Verdict {
 	return f.verdict("")
 }
 
-func checkDRAAllocate(e Evidence) Verdict {
+func checkDRAAllocate(e evidence.Evidence) Verdict {
 	var f finding
 	m, cl, s := e.DRA.Metrics, e.DRA.Claims, e.DRA.Slices
 	if m.Unread == "" {
@@ -268,4 +266,15 @@ func checkDRAAllocate(e Evidence) Verdict {
 		f.fact("kubelet reported no FailedPrepareDynamicResources on %s", e.Node)
 	}
 	return f.verdict("")
+}
+
+// taints are d's taints with key.
+func taints(d evidence.SliceDevice, key string) []string {
+	var out []string
+	for _, t := range d.Taints {
+		if strings.HasPrefix(t, key+"=") {
+			out = append(out, t)
+		}
+	}
+	return out
 }

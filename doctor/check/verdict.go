@@ -1,6 +1,10 @@
-package doctor
+package check
 
-import "time"
+import (
+	"time"
+
+	"github.com/nvinject/nvinject/doctor/evidence"
+)
 
 // Status is a layer's verdict.
 type Status string
@@ -46,7 +50,7 @@ type Report struct {
 	Time     time.Time `json:"time"`
 	Verdicts []Verdict `json:"verdicts"`
 	// Evidence is the raw input of the checks, for machines and bug reports.
-	Evidence Evidence `json:"evidence"`
+	Evidence evidence.Evidence `json:"evidence"`
 }
 
 // Broken returns the layers whose verdict is broken.

@@ -1,4 +1,4 @@
-package doctor
+package evidence
 
 import (
 	"time"
@@ -58,6 +58,13 @@ type ExplainContainer struct {
 type ClaimRef struct {
 	Claim   string `json:"claim"`
 	Request string `json:"request,omitempty"`
+}
+
+func (r ClaimRef) String() string {
+	if r.Request == "" {
+		return r.Claim
+	}
+	return r.Claim + " request " + r.Request
 }
 
 // AuditRecord is one audit Event: its verdict (Reason), how often it was

@@ -1,6 +1,7 @@
-package doctor
+package collect
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -8,18 +9,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nvinject/nvinject/shared/contract"
-)
-
-// Metric names the doctor reads from the daemons' /metrics.
-const (
-	MetricRegistrations = contract.MetricRegistrations
-	MetricStreams       = contract.MetricStreams
-	MetricDeviceHealthy = contract.MetricDeviceHealthy
-	MetricHealthEvents  = contract.MetricHealthEvents
-	MetricAllocations   = contract.MetricAllocations
-	MetricGPUHeld       = contract.MetricGPUHeld
-	MetricNRIConnected  = contract.MetricNRIConnected
-	MetricNRIRefusals   = contract.MetricNRIRefusals
 )
 
 // Options say where the doctor reads its evidence. The zero value of a
@@ -90,6 +79,9 @@ type Options struct {
 	Now          func() time.Time
 }
 
+// defaultAPITimeout bounds each request to the API server.
+const defaultAPITimeout = 10 * time.Second
+
 // Defaults are the seed's paths, names and ports.
 func Defaults() Options {
 	return Options{
@@ -113,8 +105,8 @@ func Defaults() Options {
 	}
 }
 
-// withDefaults fills zero fields from Defaults.
-func (o Options) withDefaults() Options {
+// WithDefaults fills zero fields from Defaults.
+func (o Options) WithDefaults() Options {
 	d := Defaults()
 	str := func(p *string, def string) {
 		if *p == "" {
@@ -152,3 +144,7 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// ExecFunc runs cmd in a container and returns its stdout (also with an
+// error, when the command ran and failed).
+type ExecFunc func(ctx context.Context, ns, pod, container string, cmd ...string) (string, error)

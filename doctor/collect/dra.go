@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/shared/contract"
 )
@@ -20,23 +21,23 @@ import (
 // detectMode decides which component owns the node's GPUs: --mode when
 // given, else the node label deploy/ schedules by, else the daemon that
 // runs there.
-func detectMode(forced string, n NodeEvidence, plugin, draPod DaemonEvidence) ModeEvidence {
+func detectMode(forced string, n evidence.NodeEvidence, plugin, draPod evidence.DaemonEvidence) evidence.ModeEvidence {
 	switch {
 	case forced != "":
-		return ModeEvidence{Mode: forced, Source: "--mode " + forced}
+		return evidence.ModeEvidence{Mode: forced, Source: "--mode " + forced}
 	case n.ModeLabel == contract.DRAModeDRA || n.ModeLabel == contract.DRAModeDevicePlugin:
-		return ModeEvidence{Mode: n.ModeLabel, Source: "Node label " + contract.DRAModeLabel + "=" + n.ModeLabel}
+		return evidence.ModeEvidence{Mode: n.ModeLabel, Source: "Node label " + contract.DRAModeLabel + "=" + n.ModeLabel}
 	case draPod.Pod != "" && plugin.Pod == "":
-		return ModeEvidence{Mode: contract.DRAModeDRA, Source: "an " + contract.DRAApp + " pod and no " + contract.DevicePluginApp + " pod on the node"}
+		return evidence.ModeEvidence{Mode: contract.DRAModeDRA, Source: "an " + contract.DRAApp + " pod and no " + contract.DevicePluginApp + " pod on the node"}
 	}
-	return ModeEvidence{Mode: contract.DRAModeDevicePlugin, Source: "default (no " + contract.DRAModeLabel + " label, no " + contract.DRAApp + " pod alone on the node)"}
+	return evidence.ModeEvidence{Mode: contract.DRAModeDevicePlugin, Source: "default (no " + contract.DRAModeLabel + " label, no " + contract.DRAApp + " pod alone on the node)"}
 }
 
 // collectDRA reads the DRA objects of the node: the driver's ResourceSlices
 // and DeviceClass, the claims allocated from them or used by the node's
 // pods, the containers' device health, and nvinject-dra's metrics.
-func collectDRA(ctx context.Context, c kubernetes.Interface, node string, o Options, pod DaemonEvidence) *DRAEvidence {
-	ev := &DRAEvidence{Class: DeviceClassEvidence{Name: contract.DRADriver}}
+func collectDRA(ctx context.Context, c kubernetes.Interface, node string, o Options, pod evidence.DaemonEvidence) *evidence.DRAEvidence {
+	ev := &evidence.DRAEvidence{Class: evidence.DeviceClassEvidence{Name: contract.DRADriver}}
 	ev.Metrics = collectDRAMetrics(ctx, o, pod)
 	if c == nil {
 		why := "no API server: " + noKubeWhy(o)
@@ -62,8 +63,8 @@ func noKubeWhy(o Options) string {
 	return "see the other layers"
 }
 
-func collectSlices(ctx context.Context, c kubernetes.Interface, node string) SliceEvidence {
-	var ev SliceEvidence
+func collectSlices(ctx context.Context, c kubernetes.Interface, node string) evidence.SliceEvidence {
+	var ev evidence.SliceEvidence
 	list, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
 		fields.OneTermEqualSelector("spec.driver", contract.DRADriver), fields.OneTermEqualSelector("spec.nodeName", node)).String()})
 	if err != nil {
@@ -77,7 +78,7 @@ func collectSlices(ctx context.Context, c kubernetes.Interface, node string) Sli
 		}
 		ev.Slices = append(ev.Slices, s.Name)
 		for _, d := range s.Spec.Devices {
-			sd := SliceDevice{Pool: s.Spec.Pool.Name, Name: d.Name}
+			sd := evidence.SliceDevice{Pool: s.Spec.Pool.Name, Name: d.Name}
 			if a, ok := d.Attributes[contract.DRAAttrUUID]; ok && a.StringValue != nil {
 				sd.UUID = *a.StringValue
 			}
@@ -91,12 +92,12 @@ func collectSlices(ctx context.Context, c kubernetes.Interface, node string) Sli
 		}
 	}
 	slices.Sort(ev.Slices)
-	slices.SortFunc(ev.Devices, func(a, b SliceDevice) int { return strings.Compare(a.ID(), b.ID()) })
+	slices.SortFunc(ev.Devices, func(a, b evidence.SliceDevice) int { return strings.Compare(a.ID(), b.ID()) })
 	return ev
 }
 
-func collectDeviceClass(ctx context.Context, c kubernetes.Interface) DeviceClassEvidence {
-	ev := DeviceClassEvidence{Name: contract.DRADriver}
+func collectDeviceClass(ctx context.Context, c kubernetes.Interface) evidence.DeviceClassEvidence {
+	ev := evidence.DeviceClassEvidence{Name: contract.DRADriver}
 	dc, err := c.ResourceV1().DeviceClasses().Get(ctx, contract.DRADriver, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -114,8 +115,8 @@ func collectDeviceClass(ctx context.Context, c kubernetes.Interface) DeviceClass
 
 // collectClaims keeps the claims allocated from the node's pools or named by
 // a pod on the node, with those pods' device health.
-func collectClaims(ctx context.Context, c kubernetes.Interface, node string, pools map[string]bool) ClaimsEvidence {
-	var ev ClaimsEvidence
+func collectClaims(ctx context.Context, c kubernetes.Interface, node string, pools map[string]bool) evidence.ClaimsEvidence {
+	var ev evidence.ClaimsEvidence
 	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 	if err != nil {
 		ev.Unread = fmt.Sprintf("list pods on %s: %v", node, err)
@@ -126,8 +127,8 @@ func collectClaims(ctx context.Context, c kubernetes.Interface, node string, poo
 		ev.Unread = fmt.Sprintf("list ResourceClaims: %v", err)
 		return ev
 	}
-	users := map[string][]PodRef{}
-	health := map[PodRef][]ResourceHealth{}
+	users := map[string][]evidence.PodRef{}
+	health := map[evidence.PodRef][]evidence.ResourceHealth{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.Spec.NodeName != node || terminal(p) {
@@ -143,8 +144,8 @@ func collectClaims(ctx context.Context, c kubernetes.Interface, node string, poo
 					continue
 				}
 				for _, h := range rs.Resources {
-					health[ref(p)] = append(health[ref(p)], ResourceHealth{
-						PodRef:   PodRef{Namespace: p.Namespace, Name: p.Name, Container: cs.Name},
+					health[ref(p)] = append(health[ref(p)], evidence.ResourceHealth{
+						PodRef:   evidence.PodRef{Namespace: p.Namespace, Name: p.Name, Container: cs.Name},
 						Resource: string(rs.Name), ID: string(h.ResourceID), Health: string(h.Health)})
 				}
 			}
@@ -163,7 +164,7 @@ func collectClaims(ctx context.Context, c kubernetes.Interface, node string, poo
 			delete(health, p)
 		}
 	}
-	slices.SortFunc(ev.Claims, func(a, b Claim) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortFunc(ev.Claims, func(a, b evidence.Claim) int { return strings.Compare(a.String(), b.String()) })
 	return ev
 }
 
@@ -184,13 +185,13 @@ func podClaimNames(p *corev1.Pod) []string {
 
 // claimOf summarises rc; Devices holds only the driver's results from pools
 // (nil: from any pool).
-func claimOf(rc *resourceapi.ResourceClaim, pools map[string]bool) Claim {
-	cl := Claim{Namespace: rc.Namespace, Name: rc.Name, Extended: rc.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true"}
+func claimOf(rc *resourceapi.ResourceClaim, pools map[string]bool) evidence.Claim {
+	cl := evidence.Claim{Namespace: rc.Namespace, Name: rc.Name, Extended: rc.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true"}
 	if a := rc.Status.Allocation; a != nil {
 		cl.Allocated = true
 		for _, r := range a.Devices.Results {
 			if r.Driver == contract.DRADriver && (pools == nil || pools[r.Pool]) {
-				cl.Devices = append(cl.Devices, ClaimDevice{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device})
+				cl.Devices = append(cl.Devices, evidence.ClaimDevice{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device})
 			}
 		}
 	}
@@ -202,8 +203,8 @@ func claimOf(rc *resourceapi.ResourceClaim, pools map[string]bool) Claim {
 	return cl
 }
 
-func collectDRAMetrics(ctx context.Context, o Options, pod DaemonEvidence) DRAMetricsEvidence {
-	ev := DRAMetricsEvidence{URL: metricsURL(o.DRAMetrics, pod)}
+func collectDRAMetrics(ctx context.Context, o Options, pod evidence.DaemonEvidence) evidence.DRAMetricsEvidence {
+	ev := evidence.DRAMetricsEvidence{URL: metricsURL(o.DRAMetrics, pod)}
 	if ev.URL == "" {
 		ev.Unread = noMetricsURL("dra-metrics", pod)
 		return ev

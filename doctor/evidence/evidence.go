@@ -1,4 +1,15 @@
-package doctor
+// Package evidence is what the doctor reads about a node or a pod, as plain
+// data: the collectors fill it, the checks judge it, the JSON report carries
+// it. It does no I/O and imports no other doctor package, so a check over it
+// cannot reach back into a collector.
+package evidence
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/nvinject/nvinject/shared/contract"
+)
 
 // Evidence is everything the collectors read about one node. Every part has
 // an Unread field: empty when the part was read, otherwise why it could not
@@ -218,6 +229,30 @@ type ContainerState struct {
 	Probe *ProbeResult `json:"probe,omitempty"`
 }
 
+// ProbeResult is what gpu-probe saw in an application container: which
+// driver libraries loaded and what cuInit and nvmlInit returned.
+type ProbeResult struct {
+	Unread    string        `json:"unread,omitempty"`
+	AllLoaded bool          `json:"allLoaded"`
+	Libraries []ProbeLib    `json:"libraries,omitempty"`
+	Calls     []ProbeCallRC `json:"calls,omitempty"`
+}
+
+// ProbeLib is one library's dlopen.
+type ProbeLib struct {
+	Name  string `json:"name"`
+	OK    bool   `json:"ok"`
+	Path  string `json:"path,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// ProbeCallRC is one driver call's result.
+type ProbeCallRC struct {
+	Call string `json:"call"`
+	Code int    `json:"code"`
+	Name string `json:"name,omitempty"`
+}
+
 // AppPod is one pod of the application selector.
 type AppPod struct {
 	PodRef
@@ -258,4 +293,39 @@ type DaemonEvidence struct {
 type DaemonEvent struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
+}
+
+// Known says whether the daemon's pod was looked up (through the API).
+func (d DaemonEvidence) Known() bool { return d.App != "" && d.Unread == "" }
+
+// Running says whether the daemon's pod runs and is ready.
+func (d DaemonEvidence) Running() bool {
+	return d.Unread == "" && d.Pod != "" && d.Phase == podRunning && d.Ready && d.Waiting == ""
+}
+
+// podRunning is corev1.PodRunning, the phase of a pod whose containers run.
+const podRunning = "Running"
+
+// Describe is the daemon's state in one line.
+func (d DaemonEvidence) Describe() string {
+	switch {
+	case d.Unread != "":
+		return d.Unread
+	case d.Pod == "":
+		return fmt.Sprintf("no %s pod (%s=%s in %s) on the node", d.App, contract.AppLabel, d.App, d.Namespace)
+	}
+	s := fmt.Sprintf("pod %s/%s %s ready=%t restarts=%d", d.Namespace, d.Pod, d.Phase, d.Ready, d.Restarts)
+	if d.Waiting != "" {
+		s += " waiting=" + d.Waiting
+	}
+	if d.WaitingMessage != "" {
+		s += " " + strconv.Quote(d.WaitingMessage)
+	}
+	if d.LastError != "" {
+		s += "; last run ended " + d.LastError
+	}
+	for _, e := range d.Events {
+		s += fmt.Sprintf("; event %s: %s", e.Reason, e.Message)
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/shared/contract"
 )
@@ -21,15 +22,15 @@ const DefaultPodNamespace = "default"
 // maxRecords bounds the audit Events explain reads for one pod (the newest).
 const maxRecords = 20
 
-// CollectExplain reads what explain needs about pod o.PodNamespace/name.
+// Pod reads what explain needs about pod o.PodNamespace/name.
 // Unreadable parts say why; only an unreadable pod leaves the rest unread.
-func CollectExplain(ctx context.Context, o Options, name string) ExplainEvidence {
-	o = o.withDefaults()
+func Pod(ctx context.Context, o Options, name string) evidence.ExplainEvidence {
+	o = o.WithDefaults()
 	ns := o.PodNamespace
 	if ns == "" {
 		ns = DefaultPodNamespace
 	}
-	e := ExplainEvidence{Pod: PodRef{Namespace: ns, Name: name}, Resource: o.Resource, Now: o.Now().UTC()}
+	e := evidence.ExplainEvidence{Pod: evidence.PodRef{Namespace: ns, Name: name}, Resource: o.Resource, Now: o.Now().UTC()}
 	c, _, why := kubeClient(o)
 	if why != "" {
 		e.Unread = why
@@ -60,7 +61,7 @@ func CollectExplain(ctx context.Context, o Options, name string) ExplainEvidence
 
 // explainContainers lists the pod's containers, init containers first,
 // with what they ask for and their status.
-func explainContainers(p *corev1.Pod, resource string) []ExplainContainer {
+func explainContainers(p *corev1.Pod, resource string) []evidence.ExplainContainer {
 	claimName := map[string]string{} // the spec's claim name → the ResourceClaim's
 	for _, s := range p.Status.ResourceClaimStatuses {
 		if s.ResourceClaimName != nil {
@@ -71,20 +72,20 @@ func explainContainers(p *corev1.Pod, resource string) []ExplainContainer {
 	for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 		status[cs.Name] = cs
 	}
-	var out []ExplainContainer
+	var out []evidence.ExplainContainer
 	add := func(c corev1.Container, init bool) {
-		ec := ExplainContainer{Name: c.Name, Init: init, GPUs: gpuRequest(corev1.PodSpec{Containers: []corev1.Container{c}}, resource)}
+		ec := evidence.ExplainContainer{Name: c.Name, Init: init, GPUs: gpuRequest(corev1.PodSpec{Containers: []corev1.Container{c}}, resource)}
 		for _, rc := range c.Resources.Claims {
 			name := claimName[rc.Name]
 			if name == "" {
 				name = rc.Name + " (no ResourceClaim yet)"
 			}
-			ec.Claims = append(ec.Claims, ClaimRef{Claim: name, Request: rc.Request})
+			ec.Claims = append(ec.Claims, evidence.ClaimRef{Claim: name, Request: rc.Request})
 		}
 		if x := p.Status.ExtendedResourceClaimStatus; x != nil {
 			for _, m := range x.RequestMappings {
 				if m.ContainerName == c.Name {
-					ec.Claims = append(ec.Claims, ClaimRef{Claim: x.ResourceClaimName, Request: m.RequestName})
+					ec.Claims = append(ec.Claims, evidence.ClaimRef{Claim: x.ResourceClaimName, Request: m.RequestName})
 				}
 			}
 		}
@@ -112,8 +113,8 @@ func explainContainers(p *corev1.Pod, resource string) []ExplainContainer {
 }
 
 // explainClaims reads the pod's ResourceClaims (those its status names).
-func explainClaims(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) ([]Claim, string) {
-	var out []Claim
+func explainClaims(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) ([]evidence.Claim, string) {
+	var out []evidence.Claim
 	for _, name := range podClaimNames(p) {
 		rc, err := c.ResourceV1().ResourceClaims(p.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -126,13 +127,13 @@ func explainClaims(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) (
 
 // auditRecords are nvinject-nri's audit Events on this pod (this UID, not
 // an earlier pod of the same name), oldest first, the newest maxRecords.
-func auditRecords(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) ([]AuditRecord, string) {
+func auditRecords(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) ([]evidence.AuditRecord, string) {
 	list, err := c.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
 		fields.OneTermEqualSelector("involvedObject.kind", "Pod"), fields.OneTermEqualSelector("involvedObject.name", p.Name)).String()})
 	if err != nil {
 		return nil, fmt.Sprintf("list Events of pod %s/%s: %v", p.Namespace, p.Name, err)
 	}
-	var out []AuditRecord
+	var out []evidence.AuditRecord
 	// The guard repeats the field selector for API fakes that ignore it.
 	for _, ev := range list.Items {
 		o := ev.InvolvedObject
@@ -140,7 +141,7 @@ func auditRecords(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) ([
 			(ev.Reason != contract.EventReasonGPUAdmitted && ev.Reason != contract.EventReasonGPURefused) {
 			continue
 		}
-		r := AuditRecord{Reason: ev.Reason, Count: max(ev.Count, 1), First: ev.FirstTimestamp.UTC(), Last: eventTime(ev).UTC(), Host: ev.Source.Host}
+		r := evidence.AuditRecord{Reason: ev.Reason, Count: max(ev.Count, 1), First: ev.FirstTimestamp.UTC(), Last: eventTime(ev).UTC(), Host: ev.Source.Host}
 		if r.First.IsZero() {
 			r.First = r.Last
 		}
@@ -151,13 +152,13 @@ func auditRecords(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) ([
 		r.Note = n
 		out = append(out, r)
 	}
-	slices.SortStableFunc(out, func(a, b AuditRecord) int { return a.Last.Compare(b.Last) })
+	slices.SortStableFunc(out, func(a, b evidence.AuditRecord) int { return a.Last.Compare(b.Last) })
 	return out[max(0, len(out)-maxRecords):], ""
 }
 
 // explainNRI reads nvinject-nri's pod on node and its audit metrics.
-func explainNRI(ctx context.Context, c kubernetes.Interface, o Options, node string) ExplainNRI {
-	ev := ExplainNRI{Pod: collectDaemon(ctx, c, o.DaemonNamespace, contract.NRIApp, node, contract.NRIMetricsPort)}
+func explainNRI(ctx context.Context, c kubernetes.Interface, o Options, node string) evidence.ExplainNRI {
+	ev := evidence.ExplainNRI{Pod: collectDaemon(ctx, c, o.DaemonNamespace, contract.NRIApp, node, contract.NRIMetricsPort)}
 	ev.MetricsURL = metricsURL(o.NRIMetrics, ev.Pod)
 	if ev.MetricsURL == "" {
 		ev.MetricsUnread = noMetricsURL("nri-metrics", ev.Pod)

@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"context"
@@ -14,19 +14,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/doctor/kubeexec"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// Client builds a clientset from a kubeconfig path (empty: KUBECONFIG or
-// ~/.kube/config).
-func Client(kubeconfig string) (kubernetes.Interface, error) {
-	cs, _, err := clientAndExec(kubeconfig)
-	return cs, err
-}
-
-// clientAndExec is Client plus an ExecFunc running commands in containers
-// through the same API server.
+// clientAndExec builds a clientset from a kubeconfig path (empty:
+// KUBECONFIG or ~/.kube/config) and an ExecFunc running commands in
+// containers through the same API server.
 func clientAndExec(kubeconfig string) (kubernetes.Interface, ExecFunc, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
@@ -69,12 +64,12 @@ func resolveNode(ctx context.Context, c kubernetes.Interface, name, resource str
 	return "", fmt.Errorf("%d nodes, %d publishing %s: pass --node", len(nodes.Items), len(gpu), resource)
 }
 
-func collectNode(ctx context.Context, c kubernetes.Interface, node, resource string) NodeEvidence {
+func nodeStatus(ctx context.Context, c kubernetes.Interface, node, resource string) evidence.NodeEvidence {
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		return NodeEvidence{Unread: fmt.Sprintf("get Node %s: %v", node, err)}
+		return evidence.NodeEvidence{Unread: fmt.Sprintf("get Node %s: %v", node, err)}
 	}
-	ev := NodeEvidence{}
+	ev := evidence.NodeEvidence{}
 	rn := corev1.ResourceName(resource)
 	if q, ok := n.Status.Capacity[rn]; ok {
 		ev.Published, ev.Capacity = true, q.Value()
@@ -86,8 +81,8 @@ func collectNode(ctx context.Context, c kubernetes.Interface, node, resource str
 	return ev
 }
 
-func collectSelected(ctx context.Context, c kubernetes.Interface, o Options) SelectedEvidence {
-	ev := SelectedEvidence{Source: fmt.Sprintf("ConfigMap %s/%s key %s", o.ConfigMapNamespace, o.ConfigMapName, o.ConfigMapKey)}
+func collectSelected(ctx context.Context, c kubernetes.Interface, o Options) evidence.SelectedEvidence {
+	ev := evidence.SelectedEvidence{Source: fmt.Sprintf("ConfigMap %s/%s key %s", o.ConfigMapNamespace, o.ConfigMapName, o.ConfigMapKey)}
 	cm, err := c.CoreV1().ConfigMaps(o.ConfigMapNamespace).Get(ctx, o.ConfigMapName, metav1.GetOptions{})
 	if err != nil {
 		ev.Unread = fmt.Sprintf("get %s: %v", ev.Source, err)
@@ -131,7 +126,7 @@ func gpuRequest(spec corev1.PodSpec, resource string) int64 {
 	return max(sum, initMax)
 }
 
-func ref(p *corev1.Pod) PodRef { return PodRef{Namespace: p.Namespace, Name: p.Name} }
+func ref(p *corev1.Pod) evidence.PodRef { return evidence.PodRef{Namespace: p.Namespace, Name: p.Name} }
 
 func terminal(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
@@ -139,9 +134,9 @@ func terminal(p *corev1.Pod) bool {
 
 // kubeFacts is what one pass over the API yields for the node-bound layers.
 type kubeFacts struct {
-	ledger   LedgerEvidence
-	allocate AllocateEvidence
-	create   []PodMessage
+	ledger   evidence.LedgerEvidence
+	allocate evidence.AllocateEvidence
+	create   []evidence.PodMessage
 	err      string
 }
 
@@ -174,12 +169,12 @@ func collectPods(ctx context.Context, c kubernetes.Interface, node, resource str
 		kf.err = fmt.Sprintf("list warning events: %v", err)
 		return kf
 	}
-	latest := map[PodRef]map[string]corev1.Event{}
+	latest := map[evidence.PodRef]map[string]corev1.Event{}
 	for _, ev := range events.Items {
 		if ev.InvolvedObject.Kind != "Pod" {
 			continue
 		}
-		r := PodRef{Namespace: ev.InvolvedObject.Namespace, Name: ev.InvolvedObject.Name}
+		r := evidence.PodRef{Namespace: ev.InvolvedObject.Namespace, Name: ev.InvolvedObject.Name}
 		if latest[r] == nil {
 			latest[r] = map[string]corev1.Event{}
 		}
@@ -209,7 +204,7 @@ func collectPods(ctx context.Context, c kubernetes.Interface, node, resource str
 		if ev, ok := latest[ref(p)]["FailedScheduling"]; ok && msg == "" {
 			msg = ev.Message
 		}
-		kf.ledger.Pending = append(kf.ledger.Pending, PodMessage{PodRef: ref(p), Reason: "FailedScheduling", Message: msg})
+		kf.ledger.Pending = append(kf.ledger.Pending, evidence.PodMessage{PodRef: ref(p), Reason: "FailedScheduling", Message: msg})
 	}
 	return kf
 }
@@ -217,12 +212,12 @@ func collectPods(ctx context.Context, c kubernetes.Interface, node, resource str
 func boundPod(p *corev1.Pod, resource string, events map[string]corev1.Event, kf *kubeFacts) {
 	r := ref(p)
 	if strings.Contains(p.Status.Message, "Allocate failed") {
-		kf.allocate.Failures = append(kf.allocate.Failures, PodMessage{PodRef: r, Reason: p.Status.Reason, Message: p.Status.Message})
+		kf.allocate.Failures = append(kf.allocate.Failures, evidence.PodMessage{PodRef: r, Reason: p.Status.Reason, Message: p.Status.Message})
 	} else if ev, ok := events["UnexpectedAdmissionError"]; ok && strings.Contains(ev.Message, "Allocate failed") {
-		kf.allocate.Failures = append(kf.allocate.Failures, PodMessage{PodRef: r, Reason: ev.Reason, Message: ev.Message})
+		kf.allocate.Failures = append(kf.allocate.Failures, evidence.PodMessage{PodRef: r, Reason: ev.Reason, Message: ev.Message})
 	}
 	if n := gpuRequest(p.Spec, resource); n > 0 && !terminal(p) {
-		kf.ledger.Holders = append(kf.ledger.Holders, GPUHolder{PodRef: r, Phase: string(p.Status.Phase), GPUs: n})
+		kf.ledger.Holders = append(kf.ledger.Holders, evidence.GPUHolder{PodRef: r, Phase: string(p.Status.Phase), GPUs: n})
 	}
 	seen := false
 	statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
@@ -236,14 +231,14 @@ func boundPod(p *corev1.Pod, resource string, events map[string]corev1.Event, kf
 		}
 		if slices.Contains(createReasons, reason) {
 			seen = true
-			kf.create = append(kf.create, PodMessage{PodRef: PodRef{Namespace: p.Namespace, Name: p.Name, Container: cs.Name}, Reason: reason, Message: msg})
+			kf.create = append(kf.create, evidence.PodMessage{PodRef: evidence.PodRef{Namespace: p.Namespace, Name: p.Name, Container: cs.Name}, Reason: reason, Message: msg})
 		}
 	}
 	if terminal(p) {
 		return
 	}
 	if ev, ok := events[kubeletFailedPrepare]; ok {
-		kf.allocate.PrepareFailures = append(kf.allocate.PrepareFailures, PodMessage{PodRef: r, Reason: ev.Reason, Message: ev.Message})
+		kf.allocate.PrepareFailures = append(kf.allocate.PrepareFailures, evidence.PodMessage{PodRef: r, Reason: ev.Reason, Message: ev.Message})
 	}
 	// The sandbox error and the creation event carry the runtime's text
 	// when the container status does not (yet).
@@ -252,7 +247,7 @@ func boundPod(p *corev1.Pod, resource string, events map[string]corev1.Event, kf
 		if !ok || (reason == "Failed" && seen) || strings.Contains(ev.Message, "ImagePull") || strings.Contains(ev.Message, "pull image") {
 			continue
 		}
-		kf.create = append(kf.create, PodMessage{PodRef: r, Reason: reason, Message: ev.Message})
+		kf.create = append(kf.create, evidence.PodMessage{PodRef: r, Reason: reason, Message: ev.Message})
 	}
 }
 
@@ -266,15 +261,15 @@ func eventTime(e corev1.Event) metav1.Time {
 	return e.CreationTimestamp
 }
 
-func collectRuntimeClass(ctx context.Context, c kubernetes.Interface, name string) RuntimeClassEvidence {
+func collectRuntimeClass(ctx context.Context, c kubernetes.Interface, name string) evidence.RuntimeClassEvidence {
 	rc, err := c.NodeV1().RuntimeClasses().Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return RuntimeClassEvidence{}
+		return evidence.RuntimeClassEvidence{}
 	case err != nil:
-		return RuntimeClassEvidence{Unread: fmt.Sprintf("get RuntimeClass %s: %v", name, err)}
+		return evidence.RuntimeClassEvidence{Unread: fmt.Sprintf("get RuntimeClass %s: %v", name, err)}
 	}
-	return RuntimeClassEvidence{Exists: true, Handler: rc.Handler}
+	return evidence.RuntimeClassEvidence{Exists: true, Handler: rc.Handler}
 }
 
 // appSelector describes which pods the application layer examines.
@@ -292,8 +287,8 @@ func appSelector(o Options) string {
 // collectApp reads the application's pods: those PodSelector selects, or
 // by default every pod on the node that requests the GPU resource or holds
 // one of the DRA claims dra found.
-func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Options, dra *DRAEvidence) AppEvidence {
-	ev := AppEvidence{Selector: appSelector(o)}
+func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Options, dra *evidence.DRAEvidence) evidence.AppEvidence {
+	ev := evidence.AppEvidence{Selector: appSelector(o)}
 	lo := metav1.ListOptions{LabelSelector: o.PodSelector}
 	if o.PodSelector == "" {
 		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
@@ -305,10 +300,10 @@ func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Opti
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if o.PodSelector == "" && (p.Spec.NodeName != node || (gpuRequest(p.Spec, o.Resource) == 0 && !dra.uses(ref(p)))) {
+		if o.PodSelector == "" && (p.Spec.NodeName != node || (gpuRequest(p.Spec, o.Resource) == 0 && !uses(dra, ref(p)))) {
 			continue
 		}
-		ap := AppPod{PodRef: ref(p), Phase: string(p.Status.Phase), NodeName: p.Spec.NodeName}
+		ap := evidence.AppPod{PodRef: ref(p), Phase: string(p.Status.Phase), NodeName: p.Spec.NodeName}
 		for _, cs := range p.Status.ContainerStatuses {
 			st := appContainer(ctx, c, p, cs, o.LogTailLines)
 			if st.State == "running" && o.Exec != nil {
@@ -321,8 +316,8 @@ func collectApp(ctx context.Context, c kubernetes.Interface, node string, o Opti
 	return ev
 }
 
-func appContainer(ctx context.Context, c kubernetes.Interface, p *corev1.Pod, cs corev1.ContainerStatus, tail int64) ContainerState {
-	st := ContainerState{Name: cs.Name, Restarts: cs.RestartCount, Ready: cs.Ready}
+func appContainer(ctx context.Context, c kubernetes.Interface, p *corev1.Pod, cs corev1.ContainerStatus, tail int64) evidence.ContainerState {
+	st := evidence.ContainerState{Name: cs.Name, Restarts: cs.RestartCount, Ready: cs.Ready}
 	switch s := cs.State; {
 	case s.Running != nil:
 		st.State = "running"
@@ -351,4 +346,17 @@ func appContainer(ctx context.Context, c kubernetes.Interface, p *corev1.Pod, cs
 	}
 	st.LogTail = string(b)
 	return st
+}
+
+// uses says whether pod p holds one of dra's claims; false on a nil dra.
+func uses(dra *evidence.DRAEvidence, p evidence.PodRef) bool {
+	if dra == nil {
+		return false
+	}
+	for _, c := range dra.Claims.Claims {
+		if len(c.Devices) > 0 && slices.Contains(c.Pods, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package doctor
+package check
 
 import (
 	"fmt"
@@ -6,122 +6,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
 )
-
-// Check is one row of the seed's troubleshooting table: a pure function of
-// the collected evidence.
-type Check struct {
-	Layer   Layer
-	Symptom string
-	// Seed is the row as the seed writes it (symptom → what to check).
-	Seed string
-	// Reads is the evidence the check judges.
-	Reads string
-	Eval  func(Evidence) Verdict
-	// DRASymptom, DRAReads and DRAEval replace the above on a DRA-mode
-	// node; nil DRAEval means the layer is the same on both paths.
-	DRASymptom, DRAReads string
-	DRAEval              func(Evidence) Verdict
-}
-
-// Checks are the seed's rows, in chain order.
-var Checks = []Check{
-	{Layer: LayerDriver, Symptom: "nvidia-smi fails on the worker",
-		Seed:  "worker 内 `nvidia-smi` 失败 → 裸机 Driver、Container Toolkit、nvkind 注入",
-		Reads: "nvidia-smi --query-gpu (--nvidia-smi), the selected-GPU ConfigMap", Eval: checkDriver},
-	{Layer: LayerRegistration, Symptom: "worker sees the GPU but the Node has no nvidia.com/gpu",
-		Seed:       "worker 能看见 GPU，Node 没有 `nvidia.com/gpu` → Device Plugin 注册、ListAndWatch、socket",
-		Reads:      "the node's mode (label " + contract.DRAModeLabel + ", daemons), Node capacity, the device-plugins dir (kubelet.sock, plugin socket), the plugin's pod (state, restarts, last error) and metrics (registrations, streams, devices)",
-		Eval:       checkRegistration,
-		DRASymptom: "worker sees the GPU but no ResourceSlice offers it",
-		DRAReads:   "the node's mode and its other owner, nvinject-dra's pod and metrics (registered), the driver's ResourceSlices for the node and their devices, DeviceClass " + contract.DRADriver + " and its extendedResourceName, Node allocatable (0 on a DRA node)",
-		DRAEval:    checkDRARegistration},
-	{Layer: LayerHealth, Symptom: "capacity 1 but allocatable 0",
-		Seed:       "Capacity 为 1，Allocatable 为 0 → 插件报告的设备不再健康，检查 ListAndWatch",
-		Reads:      "Node capacity vs allocatable, the plugin's device_healthy, health_events and gpu_held metrics, whether the plugin's pod runs",
-		Eval:       checkHealth,
-		DRASymptom: "the GPU is published but tainted, or a pod's device Unhealthy",
-		DRAReads:   "ResourceSlice device taints (" + contract.DRATaintKey + ", " + contract.DRAHeldTaintKey + "), nvinject-dra's device_healthy, health_events and health_streams metrics, pods' status.containerStatuses[].allocatedResourcesStatus (KEP-4680)",
-		DRAEval:    checkDRAHealth},
-	{Layer: LayerScheduling, Symptom: "pod Pending with Insufficient nvidia.com/gpu",
-		Seed:       "Pod 一直 Pending 且 `Insufficient nvidia.com/gpu` → Scheduler 资源账本与现有 GPU Pod",
-		Reads:      "GPU requests of pods bound to the node, unscheduled GPU pods and their FailedScheduling messages",
-		Eval:       checkScheduling,
-		DRASymptom: "pod Pending: no device can be allocated",
-		DRAReads:   "the claims holding the node's devices, free and tainted devices, unscheduled pods (nvidia.com/gpu or resourceClaims) and their FailedScheduling messages",
-		DRAEval:    checkDRAScheduling},
-	{Layer: LayerAllocate, Symptom: "pod bound but Allocate failed",
-		Seed:       "Pod 已绑定，出现 `Allocate failed` → Kubelet Device Manager 与 Device Plugin",
-		Reads:      "pod status and UnexpectedAdmissionError events with Allocate failed, the plugin's refused Allocate counter",
-		Eval:       checkAllocate,
-		DRASymptom: "pod bound but its claim is not prepared",
-		DRAReads:   "each claim's allocation (status.allocation.devices.results: driver, pool, device; reservedFor; the pod's extendedResourceClaimStatus or resourceClaimStatuses), FailedPrepareDynamicResources events, nvinject-dra's prepare metrics",
-		DRAEval:    checkDRAAllocate},
-	{Layer: LayerInjection, Symptom: "every GPU pod refused: nvinject-nri not connected to containerd",
-		Seed:  "`CreateContainerError` 提到 CDI/runtime → NRI plugin nvinject-nri (fail-closed)",
-		Reads: "nvinject-nri's pod on the node (state, waiting reason and message, last error, Warning events: FailedMount, BackOff, FailedCreatePodSandBox) and its " + contract.MetricNRIConnected + " metric, containers refused with containerd's `required plugin \"" + contract.NRIPluginName + "\" not present`", Eval: checkInjection},
-	{Layer: LayerCDIRuntime, Symptom: "CreateContainerError mentioning CDI/runtime",
-		Seed:  "`CreateContainerError` 提到 CDI/runtime → CDI spec、containerd handler、RuntimeClass",
-		Reads: "CDI spec files and whether pods' CDI names resolve (DRA: those of the allocated devices), the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's own refusals (refusals metric, \"nvinject:\" container errors)", Eval: checkCDIRuntime},
-	{Layer: LayerApplication, Symptom: "device present but CUDA init fails",
-		Seed:  "容器内有设备，vLLM CUDA 初始化失败 → Driver/用户态兼容、vLLM 参数和应用日志",
-		Reads: "the application pods' state and log tail (CUDA/NVML failure lines)", Eval: checkApplication},
-}
-
-// Evaluate runs every check on e.
-func Evaluate(e Evidence) []Verdict {
-	out := make([]Verdict, 0, len(Checks))
-	for _, c := range Checks {
-		eval, symptom := c.Eval, c.Symptom
-		if draMode(e) && c.DRAEval != nil {
-			eval, symptom = c.DRAEval, c.DRASymptom
-		}
-		v := eval(e)
-		v.Layer, v.Symptom = c.Layer, symptom
-		if v.Status == OK {
-			v.Fix = ""
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
-// finding accumulates one layer's facts and problems.
-type finding struct {
-	facts    []string
-	problems []string
-	fixes    []string
-	missing  []string
-}
-
-func (f *finding) fact(format string, a ...any) { f.facts = append(f.facts, fmt.Sprintf(format, a...)) }
-
-func (f *finding) problem(fix, format string, a ...any) {
-	f.problems = append(f.problems, fmt.Sprintf(format, a...))
-	if fix != "" && !slices.Contains(f.fixes, fix) {
-		f.fixes = append(f.fixes, fix)
-	}
-}
-
-func (f *finding) unread(what, why string) {
-	if why != "" {
-		f.missing = append(f.missing, "could not read "+what+": "+why)
-	}
-}
-
-// verdict is broken with any problem, else unknown with anything unread,
-// else ok.
-func (f *finding) verdict(unknownFix string) Verdict {
-	ev := append(append(slices.Clone(f.problems), f.missing...), f.facts...)
-	switch {
-	case len(f.problems) > 0:
-		return Verdict{Status: Broken, Evidence: ev, Fix: strings.Join(f.fixes, "; ")}
-	case len(f.missing) > 0:
-		return Verdict{Status: Unknown, Evidence: ev, Fix: unknownFix}
-	}
-	return Verdict{Status: OK, Evidence: ev}
-}
 
 const (
 	pluginLogs    = "kubectl -n " + contract.Namespace + " logs ds/" + contract.DevicePluginApp + " --tail=100"
@@ -158,7 +45,7 @@ func num(p *float64) string {
 	return strconv.FormatFloat(*p, 'f', -1, 64)
 }
 
-func checkDriver(e Evidence) Verdict {
+func checkDriver(e evidence.Evidence) Verdict {
 	var f finding
 	s := e.SMI
 	switch {
@@ -174,7 +61,7 @@ func checkDriver(e Evidence) Verdict {
 		}
 		if sel := e.Selected; sel.Unread == "" && !sel.All {
 			for _, u := range sel.UUIDs {
-				if !slices.ContainsFunc(s.GPUs, func(g GPU) bool { return g.UUID == u }) {
+				if !slices.ContainsFunc(s.GPUs, func(g evidence.GPU) bool { return g.UUID == u }) {
 					f.problem(fixSelected, "selected GPU %s (%s) is not among the GPUs nvidia-smi lists", u, sel.Source)
 				}
 			}
@@ -187,7 +74,7 @@ func checkDriver(e Evidence) Verdict {
 // would be missing. Only the first cause in chain order is a problem; what
 // follows from it (no registration without kubelet.sock, no stream without
 // a registration) is kept as a fact.
-func registrationCauses(e Evidence, f *finding) {
+func registrationCauses(e evidence.Evidence, f *finding) {
 	k, p := e.KubeletDir, e.Plugin
 	if k.Unread == "" {
 		f.fact("%s: kubelet.sock present=%t, plugin sockets %v", k.Dir, k.KubeletSocket, k.PluginSockets)
@@ -196,16 +83,16 @@ func registrationCauses(e Evidence, f *finding) {
 		f.fact("plugin metrics: registrations ok=%s error=%s listAndWatchStreams=%s devices=%d", num(p.Registrations), num(p.RegistrationErrors), num(p.Streams), len(p.Devices))
 	}
 	d := e.PluginPod
-	if d.known() {
-		f.fact("nvinject-device-plugin: %s", d.describe())
+	if d.Known() {
+		f.fact("nvinject-device-plugin: %s", d.Describe())
 	}
 	switch {
 	case k.Unread == "" && !k.KubeletSocket:
 		f.problem(fixKubelet, "no kubelet.sock in %s: kubelet is not running or uses another root dir", k.Dir)
-	case d.known() && !d.running() && podResourcesDown(p):
-		f.problem(fixPodResources, "nvinject-device-plugin on %s is not ready: it cannot read kubelet's PodResources (%s holder=%s): %s", e.Node, MetricGPUHeld, contract.HeldUnknown, d.describe())
-	case d.known() && !d.running() && (d.Pod != "" || p.Unread != ""):
-		f.problem(daemonFix(d), "nvinject-device-plugin is not running on %s: %s", e.Node, d.describe())
+	case d.Known() && !d.Running() && podResourcesDown(p):
+		f.problem(fixPodResources, "nvinject-device-plugin on %s is not ready: it cannot read kubelet's PodResources (%s holder=%s): %s", e.Node, contract.MetricGPUHeld, contract.HeldUnknown, d.Describe())
+	case d.Known() && !d.Running() && (d.Pod != "" || p.Unread != ""):
+		f.problem(daemonFix(d), "nvinject-device-plugin is not running on %s: %s", e.Node, d.Describe())
 	case k.Unread == "" && len(k.PluginSockets) == 0:
 		f.problem(fixPluginDown, "no device plugin socket in %s", k.Dir)
 	case p.Unread != "":
@@ -218,7 +105,7 @@ func registrationCauses(e Evidence, f *finding) {
 	}
 }
 
-func checkRegistration(e Evidence) Verdict {
+func checkRegistration(e evidence.Evidence) Verdict {
 	var f finding
 	ownerFacts(e, &f)
 	n := e.NodeStatus
@@ -244,8 +131,8 @@ func checkRegistration(e Evidence) Verdict {
 	return f.verdict("")
 }
 
-func unhealthy(p PluginEvidence) []DeviceHealth {
-	var out []DeviceHealth
+func unhealthy(p evidence.PluginEvidence) []evidence.DeviceHealth {
+	var out []evidence.DeviceHealth
 	for _, d := range p.Devices {
 		if !d.Healthy {
 			out = append(out, d)
@@ -256,13 +143,13 @@ func unhealthy(p PluginEvidence) []DeviceHealth {
 
 // podResourcesDown says whether the plugin withholds every GPU because it
 // cannot read kubelet's PodResources.
-func podResourcesDown(p PluginEvidence) bool {
-	return slices.ContainsFunc(p.Held, func(h HeldGPU) bool { return h.Holder == contract.HeldUnknown })
+func podResourcesDown(p evidence.PluginEvidence) bool {
+	return slices.ContainsFunc(p.Held, func(h evidence.HeldGPU) bool { return h.Holder == contract.HeldUnknown })
 }
 
 // heldByDRA are the plugin's GPUs that DRA claims' pods hold.
-func heldByDRA(p PluginEvidence) []HeldGPU {
-	var out []HeldGPU
+func heldByDRA(p evidence.PluginEvidence) []evidence.HeldGPU {
+	var out []evidence.HeldGPU
 	for _, h := range p.Held {
 		if h.Holder == contract.HeldByDRAClaim {
 			out = append(out, h)
@@ -271,7 +158,7 @@ func heldByDRA(p PluginEvidence) []HeldGPU {
 	return out
 }
 
-func checkHealth(e Evidence) Verdict {
+func checkHealth(e evidence.Evidence) Verdict {
 	var f finding
 	bad := unhealthy(e.Plugin)
 	if e.Plugin.Unread == "" {
@@ -285,7 +172,7 @@ func checkHealth(e Evidence) Verdict {
 	// Withheld GPUs are published Unhealthy though NVML finds them healthy.
 	down, byDRA := podResourcesDown(e.Plugin), heldByDRA(e.Plugin)
 	if down {
-		f.problem(fixPodResources, "nvinject-device-plugin publishes every GPU Unhealthy because it cannot read kubelet's PodResources (%s holder=%s), not for the GPUs' health", MetricGPUHeld, contract.HeldUnknown)
+		f.problem(fixPodResources, "nvinject-device-plugin publishes every GPU Unhealthy because it cannot read kubelet's PodResources (%s holder=%s), not for the GPUs' health", contract.MetricGPUHeld, contract.HeldUnknown)
 	}
 	for _, h := range byDRA {
 		f.problem(fixDRAHeldPod, "device %s is published Unhealthy because pod %s holds it through DRA claim %s, not for its health", h.UUID, h.Pod, h.Claim)
@@ -301,8 +188,8 @@ func checkHealth(e Evidence) Verdict {
 		f.missing = append(f.missing, fmt.Sprintf("Node %s publishes no %s, so there is no health to judge (see the registration layer)", e.Node, e.Resource))
 	case n.Allocatable < n.Capacity && len(bad) == 0 && (down || len(byDRA) > 0):
 		f.fact("Node %s capacity %s=%d allocatable=%d: the withheld device(s) above", e.Node, e.Resource, n.Capacity, n.Allocatable)
-	case n.Allocatable < n.Capacity && len(bad) == 0 && e.PluginPod.known() && !e.PluginPod.running():
-		f.problem(daemonFix(e.PluginPod), "Node %s capacity %s=%d but allocatable=%d because nvinject-device-plugin stopped (%s): kubelet keeps a gone plugin's capacity and counts its devices unavailable; no GPU health event is involved", e.Node, e.Resource, n.Capacity, n.Allocatable, e.PluginPod.describe())
+	case n.Allocatable < n.Capacity && len(bad) == 0 && e.PluginPod.Known() && !e.PluginPod.Running():
+		f.problem(daemonFix(e.PluginPod), "Node %s capacity %s=%d but allocatable=%d because nvinject-device-plugin stopped (%s): kubelet keeps a gone plugin's capacity and counts its devices unavailable; no GPU health event is involved", e.Node, e.Resource, n.Capacity, n.Allocatable, e.PluginPod.Describe())
 	case n.Allocatable < n.Capacity:
 		f.problem(fixRecover, "Node %s capacity %s=%d but allocatable=%d: kubelet holds %d device(s) Unhealthy", e.Node, e.Resource, n.Capacity, n.Allocatable, n.Capacity-n.Allocatable)
 	default:
@@ -312,7 +199,7 @@ func checkHealth(e Evidence) Verdict {
 }
 
 // daemonFix tells how to get a stopped daemon's pod running again.
-func daemonFix(d DaemonEvidence) string {
+func daemonFix(d evidence.DaemonEvidence) string {
 	logs := fmt.Sprintf("kubectl -n %s logs ds/%s --previous --tail=100", d.Namespace, d.App)
 	switch {
 	case d.Pod == "":
@@ -330,7 +217,7 @@ func eventsNote(events []string) string {
 	return " (plugin counted health events: " + strings.Join(events, ", ") + ")"
 }
 
-func checkScheduling(e Evidence) Verdict {
+func checkScheduling(e evidence.Evidence) Verdict {
 	var f finding
 	l := e.Ledger
 	if l.Unread != "" {
@@ -378,7 +265,7 @@ func checkScheduling(e Evidence) Verdict {
 }
 
 // draHolders names each withheld GPU's pod and claim.
-func draHolders(hs []HeldGPU) []string {
+func draHolders(hs []evidence.HeldGPU) []string {
 	out := make([]string, len(hs))
 	for i, h := range hs {
 		out[i] = fmt.Sprintf("pod %s (claim %s, %s)", h.Pod, h.Claim, h.UUID)
@@ -393,7 +280,7 @@ func orNone(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-func checkAllocate(e Evidence) Verdict {
+func checkAllocate(e evidence.Evidence) Verdict {
 	var f finding
 	if e.Plugin.Unread == "" && e.Plugin.AllocateErrors != nil {
 		f.fact("plugin counted %s failed Allocate calls since it started", num(e.Plugin.AllocateErrors))
@@ -416,7 +303,7 @@ func checkAllocate(e Evidence) Verdict {
 	return f.verdict("")
 }
 
-func checkCDIRuntime(e Evidence) Verdict {
+func checkCDIRuntime(e evidence.Evidence) Verdict {
 	var f finding
 	cdiFacts(e.CDI, &f)
 	rc := e.RuntimeCls
@@ -435,7 +322,7 @@ func checkCDIRuntime(e Evidence) Verdict {
 	return f.verdict("run the doctor on the worker with --cdi-spec-dir and --containerd-config, and give it the cluster (--kubeconfig)")
 }
 
-func cdiFacts(c CDIEvidence, f *finding) {
+func cdiFacts(c evidence.CDIEvidence, f *finding) {
 	if c.Unread != "" {
 		f.unread("CDI specs in "+strings.Join(c.Dirs, ","), c.Unread)
 		return
@@ -455,7 +342,7 @@ func cdiFacts(c CDIEvidence, f *finding) {
 	}
 }
 
-func containerdFacts(e Evidence, f *finding) {
+func containerdFacts(e evidence.Evidence, f *finding) {
 	c := e.Containerd
 	if c.Unread != "" {
 		f.unread("containerd config "+c.Path, c.Unread)
@@ -477,7 +364,7 @@ func containerdFacts(e Evidence, f *finding) {
 	}
 }
 
-func nriFacts(n NRIEvidence, f *finding) {
+func nriFacts(n evidence.NRIEvidence, f *finding) {
 	if n.MetricsUnread != "" {
 		f.fact("nvinject-nri metrics %s not read: %s", n.URL, n.MetricsUnread)
 	} else {
@@ -524,7 +411,7 @@ func cudaLine(log string) string {
 	return ""
 }
 
-func checkApplication(e Evidence) Verdict {
+func checkApplication(e evidence.Evidence) Verdict {
 	var f finding
 	a := e.App
 	if a.Unread != "" {
@@ -541,13 +428,13 @@ func checkApplication(e Evidence) Verdict {
 	return f.verdict("the container has not started; fix the earlier layers first")
 }
 
-func appPod(p AppPod, f *finding) {
+func appPod(p evidence.AppPod, f *finding) {
 	if len(p.Containers) == 0 {
 		f.missing = append(f.missing, fmt.Sprintf("pod %s is %s with no container started", p.PodRef, p.Phase))
 		return
 	}
 	for _, c := range p.Containers {
-		ref := PodRef{Namespace: p.Namespace, Name: p.Name, Container: c.Name}
+		ref := evidence.PodRef{Namespace: p.Namespace, Name: p.Name, Container: c.Name}
 		probeFindings(ref, c.Probe, f)
 		if line := cudaLine(c.LogTail); line != "" {
 			f.problem(fixApp, "%s log: %s", ref, line)

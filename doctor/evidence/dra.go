@@ -1,9 +1,4 @@
-package doctor
-
-import (
-	"slices"
-	"strings"
-)
+package evidence
 
 // ModeEvidence says which nvinject component owns the node's GPUs, and how
 // the doctor knows.
@@ -46,17 +41,6 @@ type SliceDevice struct {
 
 // ID is the device as allocation results name it: pool/device.
 func (d SliceDevice) ID() string { return d.Pool + "/" + d.Name }
-
-// taints are d's taints with key.
-func (d SliceDevice) taints(key string) []string {
-	var out []string
-	for _, t := range d.Taints {
-		if strings.HasPrefix(t, key+"=") {
-			out = append(out, t)
-		}
-	}
-	return out
-}
 
 // SliceEvidence is the driver's ResourceSlices for the node.
 type SliceEvidence struct {
@@ -117,27 +101,4 @@ type ClaimsEvidence struct {
 	Unread string           `json:"unread,omitempty"`
 	Claims []Claim          `json:"claims,omitempty"`
 	Health []ResourceHealth `json:"health,omitempty"`
-}
-
-// held says whether a claim holds slice device d.
-func (e *DRAEvidence) held(d SliceDevice) bool {
-	for _, c := range e.Claims.Claims {
-		if slices.ContainsFunc(c.Devices, func(cd ClaimDevice) bool { return cd.ID() == d.ID() }) {
-			return true
-		}
-	}
-	return false
-}
-
-// uses says whether pod p holds one of the claims; false on a nil e.
-func (e *DRAEvidence) uses(p PodRef) bool {
-	if e == nil {
-		return false
-	}
-	for _, c := range e.Claims.Claims {
-		if len(c.Devices) > 0 && slices.Contains(c.Pods, p) {
-			return true
-		}
-	}
-	return false
 }

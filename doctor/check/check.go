@@ -1,0 +1,157 @@
+// Package check judges evidence: pure functions from the collected
+// evidence to each layer's verdict, one table of checks per mode (the device
+// plugin's, DRA's), and one pod's chain for explain. It does no I/O and
+// imports, of the doctor, only evidence, so each check can be tested with
+// evidence built by hand.
+package check
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nvinject/nvinject/doctor/evidence"
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// Check is one layer's row of a mode's chain: the symptom it answers, the
+// seed's troubleshooting row, what it reads, and Eval, a pure function of
+// the evidence.
+type Check struct {
+	Layer   Layer
+	Symptom string
+	// Seed is the row as the seed writes it (symptom → what to check); the
+	// seed's table is the device plugin's, and a DRA check answers the
+	// same row.
+	Seed string
+	// Reads is the evidence Eval judges.
+	Reads string
+	Eval  func(evidence.Evidence) Verdict
+}
+
+// The seed's rows of the layers whose check differs by mode.
+const (
+	seedRegistration = "worker 能看见 GPU，Node 没有 `nvidia.com/gpu` → Device Plugin 注册、ListAndWatch、socket"
+	seedHealth       = "Capacity 为 1，Allocatable 为 0 → 插件报告的设备不再健康，检查 ListAndWatch"
+	seedScheduling   = "Pod 一直 Pending 且 `Insufficient nvidia.com/gpu` → Scheduler 资源账本与现有 GPU Pod"
+	seedAllocate     = "Pod 已绑定，出现 `Allocate failed` → Kubelet Device Manager 与 Device Plugin"
+)
+
+// The layers both modes judge alike.
+var (
+	driver = Check{Layer: LayerDriver, Symptom: "nvidia-smi fails on the worker",
+		Seed:  "worker 内 `nvidia-smi` 失败 → 裸机 Driver、Container Toolkit、nvkind 注入",
+		Reads: "nvidia-smi --query-gpu (--nvidia-smi), the selected-GPU ConfigMap", Eval: checkDriver}
+	injection = Check{Layer: LayerInjection, Symptom: "every GPU pod refused: nvinject-nri not connected to containerd",
+		Seed:  "`CreateContainerError` 提到 CDI/runtime → NRI plugin nvinject-nri (fail-closed)",
+		Reads: "nvinject-nri's pod on the node (state, waiting reason and message, last error, Warning events: FailedMount, BackOff, FailedCreatePodSandBox) and its " + contract.MetricNRIConnected + " metric, containers refused with containerd's `required plugin \"" + contract.NRIPluginName + "\" not present`", Eval: checkInjection}
+	cdiRuntime = Check{Layer: LayerCDIRuntime, Symptom: "CreateContainerError mentioning CDI/runtime",
+		Seed:  "`CreateContainerError` 提到 CDI/runtime → CDI spec、containerd handler、RuntimeClass",
+		Reads: "CDI spec files and whether pods' CDI names resolve (DRA: those of the allocated devices), the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's own refusals (refusals metric, \"nvinject:\" container errors)", Eval: checkCDIRuntime}
+	application = Check{Layer: LayerApplication, Symptom: "device present but CUDA init fails",
+		Seed:  "容器内有设备，vLLM CUDA 初始化失败 → Driver/用户态兼容、vLLM 参数和应用日志",
+		Reads: "the application pods' state and log tail (CUDA/NVML failure lines)", Eval: checkApplication}
+)
+
+// DevicePlugin is the chain of a node whose GPUs nvinject-device-plugin
+// owns, in chain order.
+var DevicePlugin = []Check{
+	driver,
+	{Layer: LayerRegistration, Symptom: "worker sees the GPU but the Node has no nvidia.com/gpu", Seed: seedRegistration,
+		Reads: "the node's mode (label " + contract.DRAModeLabel + ", daemons), Node capacity, the device-plugins dir (kubelet.sock, plugin socket), the plugin's pod (state, restarts, last error) and metrics (registrations, streams, devices)",
+		Eval:  checkRegistration},
+	{Layer: LayerHealth, Symptom: "capacity 1 but allocatable 0", Seed: seedHealth,
+		Reads: "Node capacity vs allocatable, the plugin's device_healthy, health_events and gpu_held metrics, whether the plugin's pod runs",
+		Eval:  checkHealth},
+	{Layer: LayerScheduling, Symptom: "pod Pending with Insufficient nvidia.com/gpu", Seed: seedScheduling,
+		Reads: "GPU requests of pods bound to the node, unscheduled GPU pods and their FailedScheduling messages",
+		Eval:  checkScheduling},
+	{Layer: LayerAllocate, Symptom: "pod bound but Allocate failed", Seed: seedAllocate,
+		Reads: "pod status and UnexpectedAdmissionError events with Allocate failed, the plugin's refused Allocate counter",
+		Eval:  checkAllocate},
+	injection,
+	cdiRuntime,
+	application,
+}
+
+// DRA is the chain of a node whose GPUs nvinject-dra owns, layer for layer
+// as DevicePlugin: registration, health, scheduling and allocate read DRA's
+// objects (evidence.DRAEvidence, which its checks need collected).
+var DRA = []Check{
+	driver,
+	{Layer: LayerRegistration, Symptom: "worker sees the GPU but no ResourceSlice offers it", Seed: seedRegistration,
+		Reads: "the node's mode and its other owner, nvinject-dra's pod and metrics (registered), the driver's ResourceSlices for the node and their devices, DeviceClass " + contract.DRADriver + " and its extendedResourceName, Node allocatable (0 on a DRA node)",
+		Eval:  checkDRARegistration},
+	{Layer: LayerHealth, Symptom: "the GPU is published but tainted, or a pod's device Unhealthy", Seed: seedHealth,
+		Reads: "ResourceSlice device taints (" + contract.DRATaintKey + ", " + contract.DRAHeldTaintKey + "), nvinject-dra's device_healthy, health_events and health_streams metrics, pods' status.containerStatuses[].allocatedResourcesStatus (KEP-4680)",
+		Eval:  checkDRAHealth},
+	{Layer: LayerScheduling, Symptom: "pod Pending: no device can be allocated", Seed: seedScheduling,
+		Reads: "the claims holding the node's devices, free and tainted devices, unscheduled pods (nvidia.com/gpu or resourceClaims) and their FailedScheduling messages",
+		Eval:  checkDRAScheduling},
+	{Layer: LayerAllocate, Symptom: "pod bound but its claim is not prepared", Seed: seedAllocate,
+		Reads: "each claim's allocation (status.allocation.devices.results: driver, pool, device; reservedFor; the pod's extendedResourceClaimStatus or resourceClaimStatuses), FailedPrepareDynamicResources events, nvinject-dra's prepare metrics",
+		Eval:  checkDRAAllocate},
+	injection,
+	cdiRuntime,
+	application,
+}
+
+// Table is the chain to judge e by: DRA's when e was collected on a
+// DRA-mode node (its DRA evidence with it), else the device plugin's.
+func Table(e evidence.Evidence) []Check {
+	if e.Mode.Mode == contract.DRAModeDRA && e.DRA != nil {
+		return DRA
+	}
+	return DevicePlugin
+}
+
+// Evaluate runs every check of e's table on e.
+func Evaluate(e evidence.Evidence) []Verdict {
+	table := Table(e)
+	out := make([]Verdict, 0, len(table))
+	for _, c := range table {
+		v := c.Eval(e)
+		v.Layer, v.Symptom = c.Layer, c.Symptom
+		if v.Status == OK {
+			v.Fix = ""
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// finding accumulates one layer's facts and problems.
+type finding struct {
+	facts    []string
+	problems []string
+	fixes    []string
+	missing  []string
+}
+
+func (f *finding) fact(format string, a ...any) { f.facts = append(f.facts, fmt.Sprintf(format, a...)) }
+
+func (f *finding) problem(fix, format string, a ...any) {
+	f.problems = append(f.problems, fmt.Sprintf(format, a...))
+	if fix != "" && !slices.Contains(f.fixes, fix) {
+		f.fixes = append(f.fixes, fix)
+	}
+}
+
+func (f *finding) unread(what, why string) {
+	if why != "" {
+		f.missing = append(f.missing, "could not read "+what+": "+why)
+	}
+}
+
+// verdict is broken with any problem, else unknown with anything unread,
+// else ok.
+func (f *finding) verdict(unknownFix string) Verdict {
+	ev := append(append(slices.Clone(f.problems), f.missing...), f.facts...)
+	switch {
+	case len(f.problems) > 0:
+		return Verdict{Status: Broken, Evidence: ev, Fix: strings.Join(f.fixes, "; ")}
+	case len(f.missing) > 0:
+		return Verdict{Status: Unknown, Evidence: ev, Fix: unknownFix}
+	}
+	return Verdict{Status: OK, Evidence: ev}
+}
