@@ -1,7 +1,7 @@
-// Package plugin is the NRI plugin: the CreateContainer and Synchronize
-// handlers (handler.go), the check of the final container
-// (validate.go), which pod holds which GPU (holders.go), the internal
-// deadline (deadline.go) and the connection to the runtime (runner.go).
+// Package plugin is the NRI plugin's handler: the CreateContainer and
+// Synchronize handlers (handler.go), the check of the final container
+// (validate.go), which pod holds which GPU (holders.go) and the internal
+// deadline (deadline.go).
 package plugin
 
 import (
@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -94,7 +93,6 @@ type Handler struct {
 	resource  string
 	inventory map[string]int64
 	deadline  time.Duration
-	simDelay  atomic.Int64
 	// inflight counts requests still running after their deadline refused them.
 	inflight sync.WaitGroup
 	holders  holders
@@ -168,13 +166,22 @@ type outcome struct {
 // CreateContainer applies the container's GPU edits, or refuses it. The
 // UUID check of the container as it will run is ValidateContainerAdjustment.
 func (h *Handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	return h.CreateContainerAfter(ctx, nil, pod, ctr)
+}
+
+// CreateContainerAfter is CreateContainer with hold run first for a pod of
+// a served runtime handler (the pods with GPU work), under the same
+// request deadline: what holds the request up counts against it as the
+// handler's own work would. The simulation's delay route uses it to play
+// a slow plugin.
+func (h *Handler) CreateContainerAfter(ctx context.Context, hold func(context.Context), pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	out, err := within(ctx, h, "CreateContainer", func(ctx context.Context) (outcome, error) {
-		if h.handlers[pod.GetRuntimeHandler()] {
-			h.simulateDelay(ctx)
-		}
-		if ctx.Err() != nil {
-			return outcome{}, refuse(ReasonDeadline, fmt.Errorf("simulated delay %s: %w", h.SimDelay(), ctx.Err()))
+		if hold != nil && h.handlers[pod.GetRuntimeHandler()] {
+			hold(ctx)
+			if ctx.Err() != nil {
+				return outcome{}, refuse(ReasonDeadline, fmt.Errorf("held up before the GPU work: %w", ctx.Err()))
+			}
 		}
 		return h.create(ctx, pod, ctr)
 	})
