@@ -71,13 +71,9 @@ func (h *Handler) claimUUIDs(claims []podresources.Claim, res resolve.Result) ([
 	if len(claims) == 0 {
 		return nil, ""
 	}
-	uuidOf := map[string]string{}
+	uuidsOf := map[string][]string{}
 	for _, d := range res.Devices {
-		for _, e := range d.Edits.Env {
-			if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, contract.EnvUUIDPrefix) {
-				uuidOf[d.Name] = v
-			}
-		}
+		uuidsOf[d.Name] = deviceUUIDs(d)
 	}
 	ids := []string{}
 	names := make([]string, 0, len(claims))
@@ -87,10 +83,11 @@ func (h *Handler) claimUUIDs(claims []podresources.Claim, res resolve.Result) ([
 			if !contract.IsKind(n, h.vendor, h.class) {
 				continue
 			}
-			if u, ok := uuidOf[n]; ok {
-				n = u
+			if us := uuidsOf[n]; len(us) > 0 {
+				ids = append(ids, us...)
+			} else {
+				ids = append(ids, n)
 			}
-			ids = append(ids, n)
 		}
 	}
 	return ids, strings.Join(names, ", ")

@@ -437,26 +437,26 @@ func allocated(res resolve.Result) ([]verify.GPU, error) {
 // devices' spec annotation maps to the UUIDs they inject. An ID that maps to
 // nothing is kept, so a mismatch still names it.
 func kubeletUUIDs(ids []string, res resolve.Result) []string {
-	byIndex := map[string]string{}
+	byIndex := map[string][]string{}
 	for _, d := range res.Devices {
-		idx, ok := d.Annotations[contract.GPUIndexAnnotation]
-		if !ok {
-			continue
-		}
-		for _, e := range d.Edits.Env {
-			if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, contract.EnvUUIDPrefix) {
-				byIndex[idx] = v
-			}
+		if idx, ok := d.Annotations[contract.GPUIndexAnnotation]; ok {
+			byIndex[idx] = deviceUUIDs(d)
 		}
 	}
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		if u, ok := byIndex[id]; ok {
-			id = u
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if us := byIndex[id]; len(us) > 0 {
+			out = append(out, us...)
+		} else {
+			out = append(out, id)
 		}
-		out[i] = id
 	}
 	return out
+}
+
+// deviceUUIDs are the UUIDs a CDI device's own edits name, sorted.
+func deviceUUIDs(d resolve.Device) []string {
+	return slices.Sorted(maps.Values(verify.UUIDEnv(d.Edits.Env)))
 }
 
 // finalNodes are the container's device nodes after adj is applied

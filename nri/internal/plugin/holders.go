@@ -150,14 +150,3 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, uuids []st
 func heldError(uuid, who, via string) error {
 	return fmt.Errorf("GPU %s is held by %s %s; one GPU serves one pod: delete that pod, or drain the node before moving it between the device plugin and DRA", uuid, who, via)
 }
-
-// deviceUUIDs are the UUIDs a CDI device's own edits name.
-func deviceUUIDs(d resolve.Device) []string {
-	var out []string
-	for _, e := range d.Edits.Env {
-		if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, contract.EnvUUIDPrefix) {
-			out = append(out, v)
-		}
-	}
-	return out
-}
