@@ -305,7 +305,8 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 	// An early check of what nvinject itself hands out, for a clear
 	// refusal; kubelet and the other plugins' adjustments are checked in
 	// ValidateContainerAdjustment.
-	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
+	final := finalOf(ctr, adj)
+	in := verify.Input{Allocated: gpus, Nodes: final.nodes(), Env: final.env, Inventory: h.inventory}
 	if err := verify.Check(in); err != nil {
 		out.rec.Checked, out.rec.Devices, out.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
 		return out, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
@@ -374,7 +375,8 @@ func (h *Handler) check(ctr *api.Container) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, nil), Env: ctr.GetEnv(), Inventory: h.inventory}
+	final := finalOf(ctr, nil)
+	in := verify.Input{Allocated: gpus, Nodes: final.nodes(), Env: final.env, Inventory: h.inventory}
 	return verify.UUIDs(gpus), verify.Check(in)
 }
 
@@ -457,36 +459,6 @@ func kubeletUUIDs(ids []string, res resolve.Result) []string {
 // deviceUUIDs are the UUIDs a CDI device's own edits name, sorted.
 func deviceUUIDs(d resolve.Device) []string {
 	return slices.Sorted(maps.Values(verify.UUIDEnv(d.Edits.Env)))
-}
-
-// finalNodes are the container's device nodes after adj is applied
-// (an adjusted path replaces the container's node at that path).
-func finalNodes(ctr *api.Container, adj *api.ContainerAdjustment) []verify.Node {
-	byPath := map[string]verify.Node{}
-	for _, d := range ctr.GetLinux().GetDevices() {
-		byPath[d.GetPath()] = verify.Node{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()}
-	}
-	for _, d := range adj.GetLinux().GetDevices() {
-		byPath[d.GetPath()] = verify.Node{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()}
-	}
-	return slices.Collect(maps.Values(byPath))
-}
-
-// finalEnv is the container's environment after adj is applied.
-func finalEnv(ctr *api.Container, adj *api.ContainerAdjustment) []string {
-	env := map[string]string{}
-	for _, kv := range ctr.GetEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	for _, kv := range adj.GetEnv() {
-		env[kv.GetKey()] = kv.GetValue()
-	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	return out
 }
 
 func userOf(ctr *api.Container) oci.User {

@@ -4,17 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nvinject/nvinject/nri/internal/audit"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
-	"github.com/nvinject/nvinject/shared/gpu"
 )
 
 // ValidateContainerAdjustment checks the container as it will run, after
@@ -61,13 +56,14 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if !h.handlers[pod.GetRuntimeHandler()] {
 		// Outside the served handlers CreateContainer has refused every
 		// request of nvinject's GPUs; another plugin may not add one.
-		in := verify.Input{Nodes: gpuAccess(adj.GetLinux().GetDevices(), adj.GetMounts(), adj.GetLinux().GetResources().GetDevices())}
+		added := finalOf(nil, adj)
+		in := verify.Input{Nodes: added.access()}
 		c.rec.Assigned.NotAsked = "not a GPU runtime handler"
 		c.rec.Checked, c.rec.Devices = true, gpuNodes(in.Nodes)
 		if err := verify.Check(in); err != nil {
 			return c, refuse(reasonOf(err), fmt.Errorf("%s (runtime handler %q): an NRI plugin adds a GPU: %w", who, pod.GetRuntimeHandler(), err))
 		}
-		return c, wildcard(who, adj.GetLinux().GetResources().GetDevices())
+		return c, added.wildcard(who)
 	}
 	names, err := h.collector.Container(ctr)
 	if err != nil {
@@ -104,15 +100,15 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if err != nil {
 		return c, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
-	final := finalContainer(ctr, adj)
-	in := verify.Input{Allocated: gpus, Nodes: gpuAccess(final.nodes, final.mounts, final.cgroup), Env: final.env, Inventory: h.inventory}
+	final := finalOf(ctr, adj)
+	in := verify.Input{Allocated: gpus, Nodes: final.access(), Env: final.env, Inventory: h.inventory}
 	// What was found goes into the record only for a verdict that is
 	// recorded: a container without GPUs that passes records nothing.
 	found := func() {
 		c.rec.Checked, c.rec.Devices, c.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
 		c.rec.DriverMounts, c.rec.SpecMounts = driverMounts(res, final.mounts)
 	}
-	if err := wildcard(who, final.cgroup); err != nil {
+	if err := final.wildcard(who); err != nil {
 		found()
 		return c, err
 	}
@@ -157,81 +153,4 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 		}
 	}
 	return c, nil
-}
-
-// final is a container as it will run, after the adjustment.
-type final struct {
-	nodes  []*api.LinuxDevice
-	mounts []*api.Mount
-	cgroup []*api.LinuxDeviceCgroup
-	env    []string
-}
-
-// finalContainer applies adj to ctr the way the runtime does: an adjusted
-// device or variable replaces the container's of the same path or name;
-// mounts and device cgroup rules add up.
-func finalContainer(ctr *api.Container, adj *api.ContainerAdjustment) final {
-	byPath := map[string]*api.LinuxDevice{}
-	var order []string
-	for _, d := range slices.Concat(ctr.GetLinux().GetDevices(), adj.GetLinux().GetDevices()) {
-		if _, ok := byPath[d.GetPath()]; !ok {
-			order = append(order, d.GetPath())
-		}
-		byPath[d.GetPath()] = d
-	}
-	f := final{
-		mounts: slices.Concat(ctr.GetMounts(), adj.GetMounts()),
-		cgroup: slices.Concat(ctr.GetLinux().GetResources().GetDevices(), adj.GetLinux().GetResources().GetDevices()),
-		env:    finalEnv(ctr, adj),
-	}
-	for _, p := range order {
-		f.nodes = append(f.nodes, byPath[p])
-	}
-	return f
-}
-
-var gpuNodePath = regexp.MustCompile(`^/dev/nvidia([0-9]+)$`)
-
-// gpuAccess lists every way the container reaches a GPU: device nodes,
-// bind mounts of a host /dev/nvidiaN, and device cgroup rules that grant
-// read or write on one GPU (195:N).
-func gpuAccess(nodes []*api.LinuxDevice, mounts []*api.Mount, rules []*api.LinuxDeviceCgroup) []verify.Node {
-	var out []verify.Node
-	for _, d := range nodes {
-		out = append(out, verify.Node{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()})
-	}
-	for _, m := range mounts {
-		if g := gpuNodePath.FindStringSubmatch(m.GetSource()); g != nil {
-			minor, err := strconv.ParseInt(g[1], 10, 64)
-			if err == nil {
-				out = append(out, verify.Node{Path: "bind mount of " + m.GetSource(), Type: "c", Major: gpu.NVIDIAMajor, Minor: minor})
-			}
-		}
-	}
-	for _, r := range rules {
-		if grants(r) && r.GetMajor() != nil && r.GetMinor() != nil && r.GetType() != "b" {
-			out = append(out, verify.Node{Path: fmt.Sprintf("device cgroup rule %d:%d", r.GetMajor().GetValue(), r.GetMinor().GetValue()),
-				Type: "c", Major: r.GetMajor().GetValue(), Minor: r.GetMinor().GetValue()})
-		}
-	}
-	return out
-}
-
-// wildcard refuses a device cgroup rule that grants read or write on every
-// GPU at once (any major, or major 195 with any minor).
-func wildcard(who string, rules []*api.LinuxDeviceCgroup) error {
-	for _, r := range rules {
-		if !grants(r) || r.GetType() == "b" {
-			continue
-		}
-		if r.GetMajor() == nil || (r.GetMajor().GetValue() == gpu.NVIDIAMajor && r.GetMinor() == nil) {
-			return refuse(string(verify.ReasonForeignGPU), fmt.Errorf("%s: a device cgroup rule (type %q, access %q) grants every GPU; remove it or the privileged setting", who, r.GetType(), r.GetAccess()))
-		}
-	}
-	return nil
-}
-
-// grants reports an allow rule giving read or write access.
-func grants(r *api.LinuxDeviceCgroup) bool {
-	return r.GetAllow() && strings.ContainsAny(r.GetAccess(), "rw")
 }
