@@ -90,15 +90,19 @@ func (h *Handler) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.C
 }
 
 // RemoveContainer releases the container's GPUs (also for a container
-// whose creation failed after the validation admitted it).
+// whose creation failed after the validation admitted it) and its request
+// if no validation took it.
 func (h *Handler) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	h.holders.release(ctr.GetId())
+	h.requests.drop(ctr.GetId())
 	return nil
 }
 
-// RemovePodSandbox releases every GPU of the pod's containers.
+// RemovePodSandbox releases every GPU of the pod's containers and their
+// requests.
 func (h *Handler) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	h.holders.releasePod(holderOf(pod, nil, nil))
+	h.requests.dropPod(pod)
 	return nil
 }
 

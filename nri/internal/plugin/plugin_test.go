@@ -397,17 +397,19 @@ func TestMalformedSpecBesideGoodOne(t *testing.T) {
 }
 
 // kubelet is a PodResources server answering List with the pods it is
-// given (namespace default), or with err.
+// given (namespace default), or with err, and counting the Lists.
 type kubelet struct {
 	podresv1.UnimplementedPodResourcesListerServer
-	mu   sync.Mutex
-	pods map[string]*podresv1.PodResources
-	err  error
+	mu    sync.Mutex
+	pods  map[string]*podresv1.PodResources
+	err   error
+	lists int
 }
 
 func (k *kubelet) List(context.Context, *podresv1.ListPodResourcesRequest) (*podresv1.ListPodResourcesResponse, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.lists++
 	res := &podresv1.ListPodResourcesResponse{}
 	for _, n := range slices.Sorted(maps.Keys(k.pods)) {
 		res.PodResources = append(res.PodResources, k.pods[n])
@@ -464,11 +466,18 @@ func (k *kubelet) fail(err error) {
 	k.err = err
 }
 
-// reset forgets every pod and failure.
+// reset forgets every pod, failure and List.
 func (k *kubelet) reset() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.pods, k.err = nil, nil
+	k.pods, k.err, k.lists = nil, nil, 0
+}
+
+// listed is how many Lists were answered since the last reset.
+func (k *kubelet) listed() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lists
 }
 
 func serveKubelet(t *testing.T, k *kubelet) string {

@@ -2,13 +2,11 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nvinject/nvinject/nri/internal/audit"
-	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 )
 
@@ -51,11 +49,10 @@ type checked struct {
 }
 
 func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, adj *api.ContainerAdjustment) (c checked, err error) {
-	c.rec.Assigned.NotAsked = notAsked
-	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
 	if !h.handlers[pod.GetRuntimeHandler()] {
 		// Outside the served handlers CreateContainer has refused every
 		// request of nvinject's GPUs; another plugin may not add one.
+		who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
 		added := finalOf(nil, adj)
 		in := verify.Input{Nodes: added.access()}
 		c.rec.Assigned.NotAsked = "not a GPU runtime handler"
@@ -65,48 +62,23 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 		}
 		return c, added.wildcard(who)
 	}
-	names, err := h.collector.Container(ctr)
-	if err != nil {
-		return c, refuse(ReasonBadRequest, err)
-	}
-	c.rec.CDI = names
-	// A DRA container: containerd applied its claims' CDI names itself.
-	// kubelet is asked once (one List) and serves the comparison and the
-	// check for other pods holding the GPU below too.
-	var kv *kubeletView
-	named := false
-	if len(names) == 0 && hasNVIDIANode(ctr) && h.kubelet != nil {
-		if kv, err = h.askKubelet(ctx, pod, ctr); err != nil {
-			return c, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
-		}
-		c.rec.Assigned = h.assignment(kv.own)
-		var held string
-		if names, held = h.claimNames(kv.own.Claims); held != "" {
-			who, named = who+" ("+held+")", true
-		}
-		c.rec.CDI = names
-	}
-	var res resolve.Result
-	if len(names) > 0 {
-		if res, err = h.resolver.Resolve(names, userOf(ctr)); err != nil {
-			var unres *resolve.UnresolvableError
-			if errors.As(err, &unres) {
-				return c, refuse(ReasonUnresolvable, fmt.Errorf("%s: %w", who, err))
-			}
-			return c, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
+	// The request CreateContainer built; built here only if it is gone.
+	r := h.requests.take(pod, ctr)
+	if r == nil {
+		if r, err = h.build(ctx, pod, ctr); err != nil {
+			c.rec = h.record(r)
+			return c, err
 		}
 	}
-	gpus, err := allocated(res)
-	if err != nil {
-		return c, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
-	}
+	c.rec = h.record(r)
+	who := r.who
 	final := finalOf(ctr, adj)
-	in := verify.Input{Allocated: gpus, Nodes: final.access(), Env: final.env, Inventory: h.inventory}
+	in := verify.Input{Allocated: r.gpus, Nodes: final.access(), Env: final.env, Inventory: h.inventory}
 	// What was found goes into the record only for a verdict that is
 	// recorded: a container without GPUs that passes records nothing.
 	found := func() {
 		c.rec.Checked, c.rec.Devices, c.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
-		c.rec.DriverMounts, c.rec.SpecMounts = driverMounts(res, final.mounts)
+		c.rec.DriverMounts, c.rec.SpecMounts = driverMounts(r.res, final.mounts)
 	}
 	if err := final.wildcard(who); err != nil {
 		found()
@@ -115,26 +87,26 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	switch {
 	case h.kubelet == nil:
 		c.rec.Assigned.NotAsked = "no --pod-resources-socket"
-	case len(gpus) == 0 && kv == nil:
+	case len(r.gpus) == 0 && r.kubelet == nil:
 		c.rec.Assigned.NotAsked = "the container names no GPU"
 	}
 	// Only GPU containers ask kubelet: a container without GPUs has nothing
-	// to compare, and the check refuses any GPU node in it.
-	if h.kubelet != nil && len(gpus) > 0 {
-		if kv == nil {
-			if kv, err = h.askKubelet(ctx, pod, ctr); err != nil {
-				found()
-				return c, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
-			}
-			c.rec.Assigned = h.assignment(kv.own)
+	// to compare, and the check refuses any GPU node in it. A DRA
+	// container's request asked already and serves the comparison and the
+	// check for other pods holding the GPU below with the same List.
+	if h.kubelet != nil && len(r.gpus) > 0 {
+		if err := h.ask(ctx, r, pod, ctr); err != nil {
+			found()
+			return c, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
-		ids := kv.own.DeviceIDs
-		in.Kubelet = kubeletUUIDs(ids, res)
+		c.rec.Assigned = h.assignment(r.kubelet.own)
+		ids := r.kubelet.own.DeviceIDs
+		in.Kubelet = kubeletUUIDs(ids, r.res)
 		if len(ids) == 0 {
 			// No device-plugin GPU: the DRA driver's claims are kubelet's word.
-			if uuids, held := h.claimUUIDs(kv.own.Claims, res); held != "" {
+			if uuids, held := h.claimUUIDs(r.kubelet.own.Claims, r.res); held != "" {
 				in.Kubelet = uuids
-				if !named {
+				if r.claims == "" {
 					who += " (" + held + ")"
 				}
 			}
@@ -144,11 +116,11 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 		found()
 		return c, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
-	if c.uuids = verify.UUIDs(gpus); len(c.uuids) > 0 {
+	if c.uuids = verify.UUIDs(r.gpus); len(c.uuids) > 0 {
 		found()
 	}
-	if kv != nil {
-		if err := h.heldInKubelet(kv, pod, c.uuids, res); err != nil {
+	if r.kubelet != nil {
+		if err := h.heldInKubelet(r.kubelet, pod, c.uuids, r.res); err != nil {
 			return c, refuse(ReasonHeld, fmt.Errorf("%s: %w", who, err))
 		}
 	}
