@@ -45,7 +45,9 @@ type Runner struct {
 	log       *slog.Logger
 	metrics   *metrics.Metrics
 	connected atomic.Bool
-	drop      chan time.Duration
+	// drop takes a Reconnect's time away; dropping: one is pending.
+	drop     chan time.Duration
+	dropping atomic.Bool
 }
 
 // Option configures a Runner.
@@ -125,6 +127,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		case d := <-r.drop:
 			s.Stop()
 			r.setConnected(false)
+			r.dropping.Store(false)
 			r.log.Warn("dropped the NRI connection on request; reconnecting later", "socket", r.socket, "reconnect_in", d.String())
 			select {
 			case <-ctx.Done():
@@ -164,12 +167,11 @@ func (r *Runner) Reconnect(d time.Duration) error {
 	if !r.connected.Load() {
 		return fmt.Errorf("not connected to NRI at %s", r.socket)
 	}
-	select {
-	case r.drop <- d:
-		return nil
-	default:
+	if !r.dropping.CompareAndSwap(false, true) {
 		return errors.New("a reconnect is already pending")
 	}
+	r.drop <- d
+	return nil
 }
 
 func (r *Runner) setConnected(up bool) {

@@ -54,8 +54,7 @@ func run(t *testing.T, opts ...conn.Option) (*nritest.Runtime, *conn.Runner) {
 }
 
 // TestReconnect: Reconnect drops the connection, stays away for the time
-// asked and registers again; a second one while the first is pending, or
-// one while not connected, is an error.
+// asked and registers again; a second one before that is an error.
 func TestReconnect(t *testing.T) {
 	_, r := run(t)
 	const away = 300 * time.Millisecond
