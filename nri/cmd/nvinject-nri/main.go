@@ -19,6 +19,7 @@ import (
 
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/config"
+	"github.com/nvinject/nvinject/nri/internal/conn"
 	"github.com/nvinject/nvinject/nri/internal/events"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/plugin"
@@ -112,13 +113,20 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		opts = append(opts, plugin.WithAuditor(sink))
 	}
 	h := plugin.NewHandler(col, res, opts...)
-	runner := plugin.NewRunner(h, cfg.PluginName, cfg.PluginIdx, cfg.SocketPath, plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m))
+	// With simulated GPUs the simulation's faults wrap the handler and
+	// drive the runner; a real node runs the handler as it is.
+	var p conn.Plugin = h
+	var slow *simfault.Slow
+	if cfg.Simulated() {
+		slow = simfault.NewSlow(h, cfg.SimDelay)
+		p = slow
+	}
+	runner := conn.New(p, cfg.PluginName, cfg.PluginIdx, cfg.SocketPath, conn.WithLogger(log), conn.WithMetrics(m))
 
 	srv := httpserve.New(cfg.MetricsAddr, reg, httpserve.WithReady(runner.Ready), httpserve.WithLogger(log))
-	if cfg.Simulated() {
-		h.SetSimDelay(cfg.SimDelay)
-		for p, hd := range simfault.Routes(h, runner) {
-			srv.Handle(p, hd)
+	if slow != nil {
+		for pattern, hd := range simfault.Routes(slow, runner) {
+			srv.Handle(pattern, hd)
 		}
 		log.Warn("SIMULATION: fault injection endpoints enabled", "endpoints", "/debug/sim/delay, /debug/sim/disconnect", "sim_delay", cfg.SimDelay.String())
 	}

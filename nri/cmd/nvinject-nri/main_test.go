@@ -88,6 +88,16 @@ func TestBinary(t *testing.T) {
 			t.Errorf("GET %s does not contain %q:\n%s", c[0], c[1], body)
 		}
 	}
+	// With simulated GPUs the simulation's fault routes are mounted.
+	resp, err := http.Post("http://"+addr+"/debug/sim/delay?d=0s", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "SIMULATED CreateContainer delay set to 0s") {
+		t.Errorf("POST /debug/sim/delay: %s %q", resp.Status, body)
+	}
 	// A hung API server changes no verdict and slows none; SIGTERM still
 	// ends the process at once (the audit writer's request is cancelled).
 	hang()

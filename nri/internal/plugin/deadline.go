@@ -48,26 +48,3 @@ func within[T any](ctx context.Context, h *Handler, what string, work func(conte
 
 // Wait waits for requests that are still running after their deadline.
 func (h *Handler) Wait() { h.inflight.Wait() }
-
-// SetSimDelay makes every CreateContainer of a served runtime handler's pod
-// wait d first, as real slowness would (other pods skip the GPU work).
-// SIMULATION ONLY: the fault tests use it to play a slow plugin; the command
-// refuses it unless the GPUs are simulated.
-func (h *Handler) SetSimDelay(d time.Duration) { h.simDelay.Store(int64(d)) }
-
-// SimDelay is the current simulated delay.
-func (h *Handler) SimDelay() time.Duration { return time.Duration(h.simDelay.Load()) }
-
-// simulateDelay sleeps the simulated delay, or until ctx ends.
-func (h *Handler) simulateDelay(ctx context.Context) {
-	d := h.SimDelay()
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}

@@ -1,8 +1,6 @@
 package plugin
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -13,29 +11,6 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
-
-// kubeletView is one PodResources List: every pod kubelet lists, and what
-// it assigned the container asked about.
-type kubeletView struct {
-	pods []podresources.Pod
-	own  podresources.Container
-}
-
-// askKubelet lists kubelet's assignments once for a container. kubelet
-// hands a DRA claim's CDI names to containerd only in the CRI CDIDevices
-// field, which containerd applies itself without passing the names to NRI:
-// so a container that has NVIDIA device nodes but no names asks kubelet.
-func (h *Handler) askKubelet(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*kubeletView, error) {
-	pods, err := h.kubelet.List(ctx, h.resource, contract.DRADriver)
-	if err != nil {
-		return nil, err
-	}
-	i := slices.IndexFunc(pods, func(p podresources.Pod) bool { return p.Namespace == pod.GetNamespace() && p.Name == pod.GetName() })
-	if i < 0 {
-		return nil, fmt.Errorf("kubelet's PodResources lists no pod %s/%s; check that --pod-resources-socket is this node's kubelet", pod.GetNamespace(), pod.GetName())
-	}
-	return &kubeletView{pods: pods, own: pods[i].Container(ctr.GetName())}, nil
-}
 
 // claimNames returns the CDI names of our kind that claims prepared, and
 // the claims named for refusals ("" for no claims).
@@ -71,13 +46,9 @@ func (h *Handler) claimUUIDs(claims []podresources.Claim, res resolve.Result) ([
 	if len(claims) == 0 {
 		return nil, ""
 	}
-	uuidOf := map[string]string{}
+	uuidsOf := map[string][]string{}
 	for _, d := range res.Devices {
-		for _, e := range d.Edits.Env {
-			if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, contract.EnvUUIDPrefix) {
-				uuidOf[d.Name] = v
-			}
-		}
+		uuidsOf[d.Name] = deviceUUIDs(d)
 	}
 	ids := []string{}
 	names := make([]string, 0, len(claims))
@@ -87,10 +58,11 @@ func (h *Handler) claimUUIDs(claims []podresources.Claim, res resolve.Result) ([
 			if !contract.IsKind(n, h.vendor, h.class) {
 				continue
 			}
-			if u, ok := uuidOf[n]; ok {
-				n = u
+			if us := uuidsOf[n]; len(us) > 0 {
+				ids = append(ids, us...)
+			} else {
+				ids = append(ids, n)
 			}
-			ids = append(ids, n)
 		}
 	}
 	return ids, strings.Join(names, ", ")

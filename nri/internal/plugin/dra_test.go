@@ -68,3 +68,36 @@ func TestDRAClaimCheck(t *testing.T) {
 		t.Fatalf("device-plugin container refused: %v", err)
 	}
 }
+
+// TestPodResourcesAskedOncePerContainer: through the runtime's whole
+// creation (CreateContainer, then the validation of the final container)
+// kubelet's PodResources is asked exactly once for a GPU container, DRA
+// (whose CDI names come from its claims in CreateContainer) or device
+// plugin (asked in the validation).
+func TestPodResourcesAskedOncePerContainer(t *testing.T) {
+	k := &kubelet{}
+	e := start(t, envOpts{kubelet: serveKubelet(t, k)})
+	gpu1 := e.node.Name(1)
+	for _, tc := range []struct {
+		name   string
+		assign func()
+		dra    bool
+	}{
+		{"DRA", func() { k.claim("pod-c", "main", gpu1) }, true},
+		{"device plugin", func() { k.assign("pod-c", "main", e.node.Devices[1].UUID) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k.reset()
+			tc.assign()
+			pod := nritest.Pod("c", "nvidia", nil)
+			err := e.createOne(t, pod, gpu1, tc.dra)
+			e.remove(t, pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := k.listed(); n != 1 {
+				t.Errorf("PodResources List called %d times for one container's creation, want 1", n)
+			}
+		})
+	}
+}

@@ -3,8 +3,6 @@ package plugin_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -105,11 +103,12 @@ func TestForeignGPUFromALaterPluginIsRefused(t *testing.T) {
 }
 
 // startWith is start with the runtime's default validator and request
-// timeout as containerd's config sets them, and the handler's deadline.
+// timeout as containerd's config sets them, the handler's deadline, and
+// the handler wrapped in the simulation's delay.
 func startWith(t *testing.T, timeout time.Duration, opts ...plugin.Option) *env {
 	t.Helper()
 	nritest.RequestTimeout(t, timeout)
-	return start(t, envOpts{runtimeOpts: []adaptation.Option{adaptation.WithDefaultValidator(&validator.DefaultValidatorConfig{Enable: true})}, handlerOpts: opts})
+	return start(t, envOpts{runtimeOpts: []adaptation.Option{adaptation.WithDefaultValidator(&validator.DefaultValidatorConfig{Enable: true})}, handlerOpts: opts, slow: true})
 }
 
 var requireNvinject = map[string]string{contract.RequiredPluginsAnnotation: `["` + contract.NRIPluginName + `"]`}
@@ -120,11 +119,11 @@ var requireNvinject = map[string]string{contract.RequiredPluginsAnnotation: `["`
 func TestSlowPlugin(t *testing.T) {
 	e := startWith(t, 2*time.Second, plugin.WithRequestDeadline(300*time.Millisecond))
 	ann := map[string]string{contract.DevicesAnnotation: e.node.Name(0)}
-	e.handler.SetSimDelay(100 * time.Millisecond)
+	e.slow.SetDelay(100 * time.Millisecond)
 	if _, _, err := e.create(t, nritest.Pod("a", "nvidia", requireNvinject), ann, nil); err != nil {
 		t.Fatalf("slow within the deadline: %v", err)
 	}
-	e.handler.SetSimDelay(5 * time.Second)
+	e.slow.SetDelay(5 * time.Second)
 	t0 := time.Now()
 	_, _, err := e.create(t, nritest.Pod("b", "nvidia", requireNvinject), ann, nil)
 	took := time.Since(t0)
@@ -145,7 +144,7 @@ func TestSlowPlugin(t *testing.T) {
 // --request-deadline still ends in nvinject's refusal, not a skip.
 func TestRuntimeTimeoutBelowTheDeadline(t *testing.T) {
 	e := startWith(t, 400*time.Millisecond, plugin.WithRequestDeadline(10*time.Second))
-	e.handler.SetSimDelay(time.Hour)
+	e.slow.SetDelay(time.Hour)
 	_, _, err := e.create(t, nritest.Pod("a", "nvidia", requireNvinject), map[string]string{contract.DevicesAnnotation: e.node.Name(0)}, nil)
 	if err == nil || !strings.Contains(err.Error(), "runtime's request timeout") {
 		t.Fatalf("err = %v, want nvinject's refusal at 3/4 of the runtime's timeout", err)
@@ -161,7 +160,7 @@ func TestRuntimeTimeoutBelowTheDeadline(t *testing.T) {
 func TestDisconnectedPlugin(t *testing.T) {
 	e := startWith(t, 2*time.Second)
 	waitFor(t, func() bool { return e.runner.Ready() == nil })
-	if err := e.runner.SimDisconnect(time.Hour); err != nil {
+	if err := e.runner.Reconnect(time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return e.runner.Ready() != nil })
@@ -182,61 +181,5 @@ func TestDisconnectedPlugin(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "nvinject: ") {
 		t.Errorf("refusal came from nvinject although it is disconnected: %v", err)
-	}
-}
-
-// TestReconnectsWhenTheSocketReappears: after a long outage the backoff
-// alone would next try seconds later (1ms doubling up to the retry
-// interval); the watch on the socket's directory reconnects at once.
-func TestReconnectsWhenTheSocketReappears(t *testing.T) {
-	if testing.Short() {
-		t.Skip("keeps the runtime down for 5s")
-	}
-	e := start(t, envOpts{runnerOpts: []plugin.RunnerOption{plugin.WithRetryInterval(time.Minute)}})
-	waitFor(t, func() bool { return e.runner.Ready() == nil })
-	e.rt.Stop()
-	waitFor(t, func() bool { return e.runner.Ready() != nil })
-	// Attempts so far at about 1, 3, 7, ... 4095ms; the next at 8191ms.
-	time.Sleep(5 * time.Second)
-	t0 := time.Now()
-	e.rt.Start(t)
-	e.rt.WaitSynced(t)
-	waitFor(t, func() bool { return e.runner.Ready() == nil })
-	if took := time.Since(t0); took > time.Second {
-		t.Errorf("reconnected %s after the runtime came back; the socket watch should make it immediate", took)
-	} else {
-		t.Logf("reconnected %s after the runtime came back", took.Round(time.Millisecond))
-	}
-}
-
-// TestReconnectsWhenTheSocketDirectoryComesBack: while the socket's
-// directory is gone it is listed, so its return is seen, and the socket in
-// it reconnects the plugin at once, as in the test above, not at the
-// backoff's next attempt.
-func TestReconnectsWhenTheSocketDirectoryComesBack(t *testing.T) {
-	if testing.Short() {
-		t.Skip("keeps the runtime down for 1s")
-	}
-	e := start(t, envOpts{runnerOpts: []plugin.RunnerOption{plugin.WithRetryInterval(time.Minute)}})
-	waitFor(t, func() bool { return e.runner.Ready() == nil })
-	e.rt.Stop()
-	waitFor(t, func() bool { return e.runner.Ready() != nil })
-	dir := filepath.Dir(e.rt.Socket)
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	// Attempts so far at about 1, 3, 7, ... 1023ms; the next at 2047ms.
-	time.Sleep(1100 * time.Millisecond)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	e.rt.Start(t)
-	e.rt.WaitSynced(t)
-	waitFor(t, func() bool { return e.runner.Ready() == nil })
-	if took := time.Since(t0); took > 500*time.Millisecond {
-		t.Errorf("reconnected %s after the socket's directory and the runtime came back; listing the absent directory should make it immediate", took)
-	} else {
-		t.Logf("reconnected %s after the runtime came back", took.Round(time.Millisecond))
 	}
 }

@@ -1,7 +1,9 @@
-// Package plugin is the NRI plugin: the CreateContainer and Synchronize
-// handlers (handler.go), the check of the final container
-// (validate.go), which pod holds which GPU (holders.go), the internal
-// deadline (deadline.go) and the connection to the runtime (runner.go).
+// Package plugin is the NRI plugin's handler: it decides, per container,
+// which GPU edits to apply and whether the container as it will run gets
+// exactly its GPUs. One request per container (request.go), kept from
+// CreateContainer (handler.go) for the check of the final container
+// (validate.go, final.go); which pod holds which GPU (holders.go); the
+// audit record's findings (record.go); the request deadline (deadline.go).
 package plugin
 
 import (
@@ -13,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -45,7 +46,9 @@ type Resolver interface {
 
 // Kubelet reports what kubelet's PodResources assigned the containers of
 // every pod it lists, in one List call: device-plugin IDs of resource and
-// DRA claims of driver. The PodResources client satisfies it.
+// DRA claims of driver. It is the handler's one lookup of kubelet's word,
+// claims included, so one List serves both paths and the check for other
+// pods holding the GPU. The PodResources client satisfies it.
 type Kubelet interface {
 	List(ctx context.Context, resource, driver string) ([]podresources.Pod, error)
 }
@@ -94,10 +97,10 @@ type Handler struct {
 	resource  string
 	inventory map[string]int64
 	deadline  time.Duration
-	simDelay  atomic.Int64
 	// inflight counts requests still running after their deadline refused them.
 	inflight sync.WaitGroup
 	holders  holders
+	requests requests
 }
 
 // Option configures a Handler.
@@ -157,24 +160,34 @@ func NewHandler(c *collect.Collector, r Resolver, opts ...Option) *Handler {
 	return h
 }
 
-// outcome is what one container gets; rec is what a refusal records.
+// outcome is what one container gets; rec is what a refusal records and
+// req what the check of the final container takes over.
 type outcome struct {
 	adj   *api.ContainerAdjustment
-	names []string
 	uuids []string
 	rec   audit.Record
+	req   *request
 }
 
 // CreateContainer applies the container's GPU edits, or refuses it. The
 // UUID check of the container as it will run is ValidateContainerAdjustment.
 func (h *Handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	return h.CreateContainerAfter(ctx, nil, pod, ctr)
+}
+
+// CreateContainerAfter is CreateContainer with hold run first for a pod of
+// a served runtime handler (the pods with GPU work), under the same
+// request deadline: what holds the request up counts against it as the
+// handler's own work would. The simulation's delay route uses it to play
+// a slow plugin.
+func (h *Handler) CreateContainerAfter(ctx context.Context, hold func(context.Context), pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	start := time.Now()
 	out, err := within(ctx, h, "CreateContainer", func(ctx context.Context) (outcome, error) {
-		if h.handlers[pod.GetRuntimeHandler()] {
-			h.simulateDelay(ctx)
-		}
-		if ctx.Err() != nil {
-			return outcome{}, refuse(ReasonDeadline, fmt.Errorf("simulated delay %s: %w", h.SimDelay(), ctx.Err()))
+		if hold != nil && h.handlers[pod.GetRuntimeHandler()] {
+			hold(ctx)
+			if ctx.Err() != nil {
+				return outcome{}, refuse(ReasonDeadline, fmt.Errorf("held up before the GPU work: %w", ctx.Err()))
+			}
 		}
 		return h.create(ctx, pod, ctr)
 	})
@@ -184,6 +197,9 @@ func (h *Handler) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr 
 	if err != nil {
 		h.refused(pod, ctr, out.rec, err)
 		return nil, nil, err
+	}
+	if out.req != nil {
+		h.requests.put(ctr.GetId(), out.req)
 	}
 	if len(out.uuids) > 0 {
 		h.log.Debug("adjusting GPU container; the check of the final container follows", append(h.attrs(pod, ctr), "uuids", out.uuids)...)
@@ -233,84 +249,43 @@ func (h *Handler) verdict(pod *api.PodSandbox, ctr *api.Container, rec audit.Rec
 // came before kubelet was asked.
 const notAsked = "the verdict came before kubelet was asked"
 
-func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (out outcome, err error) {
-	out.rec.Assigned.NotAsked = notAsked
-	names, err := h.collector.Container(ctr)
+func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (outcome, error) {
+	r, err := h.build(ctx, pod, ctr)
+	out := outcome{rec: h.record(r)}
 	if err != nil {
-		return out, refuse(ReasonBadRequest, err)
+		return out, err
 	}
-	out.rec.CDI = names
-	who := fmt.Sprintf("container %s of pod %s/%s", ctr.GetName(), pod.GetNamespace(), pod.GetName())
-	served := h.handlers[pod.GetRuntimeHandler()]
-	if len(names) == 0 && hasNVIDIANode(ctr) && h.kubelet != nil {
-		kv, err := h.askKubelet(ctx, pod, ctr)
-		switch {
-		case err != nil && served:
-			return out, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
-		case err != nil:
-			// Outside the served handlers the claims only name a refusal:
-			// a privileged system pod sees the host's NVIDIA nodes too, and
-			// must not fail with kubelet's PodResources.
-			h.log.Warn("cannot ask kubelet whether a container outside the nvidia runtime class holds a DRA GPU; admitting it", append(h.attrs(pod, ctr), "error", err.Error())...)
-		default:
-			out.rec.Assigned = h.assignment(kv.own)
-			var held string
-			if names, held = h.claimNames(kv.own.Claims); held != "" {
-				who += " (" + held + ")"
-			}
-			out.rec.CDI = names
-		}
-	}
-	if !served {
-		if ours := h.ours(slices.Concat(names, h.collector.AnyCDI(ctr))); len(ours) > 0 {
+	if !h.handlers[pod.GetRuntimeHandler()] {
+		if ours := h.ours(slices.Concat(r.names, h.collector.AnyCDI(ctr))); len(ours) > 0 {
 			out.rec.CDI = ours
 			return out, refuse(ReasonRuntimeClass, fmt.Errorf("%s requests %s but runs with runtime handler %q; set runtimeClassName: %s in the pod spec",
-				who, contract.List(ours), pod.GetRuntimeHandler(), h.servedHint()))
+				r.who, contract.List(ours), pod.GetRuntimeHandler(), h.servedHint()))
 		}
 		return outcome{}, nil
 	}
-	if spoofed := h.podLevel(pod, names); len(spoofed) > 0 {
-		return out, refuse(ReasonPodLevel, fmt.Errorf("%s: pod-level annotations name GPUs %s that were not allocated to the container; remove them from the pod (GPUs are requested with resources.limits %s)",
-			who, contract.List(spoofed), h.resource))
-	}
-
-	var res resolve.Result
 	adj := &api.ContainerAdjustment{}
-	if len(names) > 0 {
-		res, err = h.resolver.Resolve(names, userOf(ctr))
-		var unres *resolve.UnresolvableError
-		switch {
-		case errors.As(err, &unres):
-			return out, refuse(ReasonUnresolvable, fmt.Errorf("%s: %w", who, err))
-		case ctx.Err() != nil:
-			return out, refuse(ReasonDeadline, fmt.Errorf("%s: %w", who, ctx.Err()))
-		case err != nil:
-			return out, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
+	if len(r.names) > 0 {
+		if adj, err = convert.Adjustment(r.res.Spec, ctr); err != nil {
+			return out, refuse(ReasonSpec, fmt.Errorf("%s: %w", r.who, err))
 		}
-		if adj, err = convert.Adjustment(res.Spec, ctr); err != nil {
-			return out, refuse(ReasonSpec, fmt.Errorf("%s: %w", who, err))
-		}
-	}
-	gpus, err := allocated(res)
-	if err != nil {
-		return out, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
 	// An early check of what nvinject itself hands out, for a clear
 	// refusal; kubelet and the other plugins' adjustments are checked in
 	// ValidateContainerAdjustment.
-	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, adj), Env: finalEnv(ctr, adj), Inventory: h.inventory}
+	final := finalOf(ctr, adj)
+	in := verify.Input{Allocated: r.gpus, Nodes: final.nodes(), Env: final.env, Inventory: h.inventory}
 	if err := verify.Check(in); err != nil {
 		out.rec.Checked, out.rec.Devices, out.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
-		return out, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
+		return out, refuse(reasonOf(err), fmt.Errorf("%s: %w", r.who, err))
 	}
-	uuids := verify.UUIDs(gpus)
+	uuids := verify.UUIDs(r.gpus)
 	if len(uuids) > 0 {
 		adj.AddAnnotation(UUIDsKey, strings.Join(uuids, ","))
 	}
 	if isEmpty(adj) {
 		adj = nil
 	}
-	return outcome{adj: adj, names: names, uuids: uuids}, nil
+	return outcome{adj: adj, uuids: uuids, req: r}, nil
 }
 
 // Synchronize reports the GPU containers already running and whether they
@@ -344,6 +319,7 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 		}
 	}
 	h.holders.reset(running)
+	h.requests.reset()
 	if h.metrics != nil {
 		h.metrics.Running(pass, fail)
 	}
@@ -357,17 +333,12 @@ func (h *Handler) check(ctr *api.Container) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var res resolve.Result
-	if len(names) > 0 {
-		if res, err = h.resolver.Resolve(names, userOf(ctr)); err != nil {
-			return nil, err
-		}
-	}
-	gpus, err := allocated(res)
+	_, gpus, err := h.resolve(names, ctr)
 	if err != nil {
 		return nil, err
 	}
-	in := verify.Input{Allocated: gpus, Nodes: finalNodes(ctr, nil), Env: ctr.GetEnv(), Inventory: h.inventory}
+	final := finalOf(ctr, nil)
+	in := verify.Input{Allocated: gpus, Nodes: final.nodes(), Env: final.env, Inventory: h.inventory}
 	return verify.UUIDs(gpus), verify.Check(in)
 }
 
@@ -382,109 +353,6 @@ func (h *Handler) servedHint() string {
 		return contract.RuntimeHandler
 	}
 	return strings.Join(slices.Sorted(maps.Keys(h.handlers)), " or ")
-}
-
-// podLevel returns the GPU names of pod-level annotations that the
-// container itself does not request.
-func (h *Handler) podLevel(pod *api.PodSandbox, requested []string) []string {
-	kind := h.vendor + "/" + h.class + "="
-	var out []string
-	for _, n := range h.collector.Pod(pod) {
-		if strings.HasPrefix(n, kind) && !slices.Contains(requested, n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-// allocated derives the GPUs from each resolved device's own edits, taking
-// device node types and numbers as CDI filled them in.
-func allocated(res resolve.Result) ([]verify.GPU, error) {
-	filled := map[string]verify.Node{}
-	if res.Spec != nil && res.Spec.Linux != nil {
-		for _, d := range res.Spec.Linux.Devices {
-			filled[d.Path] = verify.Node{Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor}
-		}
-	}
-	var out []verify.GPU
-	for _, d := range res.Devices {
-		nodes := make([]verify.Node, 0, len(d.Edits.DeviceNodes))
-		for _, n := range d.Edits.DeviceNodes {
-			nodes = append(nodes, filled[n.Path])
-		}
-		gpus, err := verify.FromEdits(d.Name, nodes, d.Edits.Env)
-		if err != nil {
-			return nil, err
-		}
-		for _, g := range gpus {
-			if !slices.Contains(out, g) {
-				out = append(out, g)
-			}
-		}
-	}
-	return out, nil
-}
-
-// kubeletUUIDs turns kubelet's device IDs into UUIDs: under
-// DEVICE_ID_STRATEGY=index kubelet reports GPU indices, which the resolved
-// devices' spec annotation maps to the UUIDs they inject. An ID that maps to
-// nothing is kept, so a mismatch still names it.
-func kubeletUUIDs(ids []string, res resolve.Result) []string {
-	byIndex := map[string]string{}
-	for _, d := range res.Devices {
-		idx, ok := d.Annotations[contract.GPUIndexAnnotation]
-		if !ok {
-			continue
-		}
-		for _, e := range d.Edits.Env {
-			if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, contract.EnvUUIDPrefix) {
-				byIndex[idx] = v
-			}
-		}
-	}
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		if u, ok := byIndex[id]; ok {
-			id = u
-		}
-		out[i] = id
-	}
-	return out
-}
-
-// finalNodes are the container's device nodes after adj is applied
-// (an adjusted path replaces the container's node at that path).
-func finalNodes(ctr *api.Container, adj *api.ContainerAdjustment) []verify.Node {
-	byPath := map[string]verify.Node{}
-	for _, d := range ctr.GetLinux().GetDevices() {
-		byPath[d.GetPath()] = verify.Node{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()}
-	}
-	for _, d := range adj.GetLinux().GetDevices() {
-		byPath[d.GetPath()] = verify.Node{Path: d.GetPath(), Type: d.GetType(), Major: d.GetMajor(), Minor: d.GetMinor()}
-	}
-	return slices.Collect(maps.Values(byPath))
-}
-
-// finalEnv is the container's environment after adj is applied.
-func finalEnv(ctr *api.Container, adj *api.ContainerAdjustment) []string {
-	env := map[string]string{}
-	for _, kv := range ctr.GetEnv() {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	for _, kv := range adj.GetEnv() {
-		env[kv.GetKey()] = kv.GetValue()
-	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	return out
-}
-
-func userOf(ctr *api.Container) oci.User {
-	u := ctr.GetUser()
-	return oci.User{UID: u.GetUid(), GID: u.GetGid(), AdditionalGids: u.GetAdditionalGids()}
 }
 
 func isEmpty(a *api.ContainerAdjustment) bool {

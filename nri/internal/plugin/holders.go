@@ -90,15 +90,19 @@ func (h *Handler) StopContainer(_ context.Context, _ *api.PodSandbox, ctr *api.C
 }
 
 // RemoveContainer releases the container's GPUs (also for a container
-// whose creation failed after the validation admitted it).
+// whose creation failed after the validation admitted it) and its request
+// if no validation took it.
 func (h *Handler) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
 	h.holders.release(ctr.GetId())
+	h.requests.drop(ctr.GetId())
 	return nil
 }
 
-// RemovePodSandbox releases every GPU of the pod's containers.
+// RemovePodSandbox releases every GPU of the pod's containers and their
+// requests.
 func (h *Handler) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	h.holders.releasePod(holderOf(pod, nil, nil))
+	h.requests.dropPod(pod)
 	return nil
 }
 
@@ -149,15 +153,4 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, uuids []st
 // heldError says who holds the GPU, through what, and what to do.
 func heldError(uuid, who, via string) error {
 	return fmt.Errorf("GPU %s is held by %s %s; one GPU serves one pod: delete that pod, or drain the node before moving it between the device plugin and DRA", uuid, who, via)
-}
-
-// deviceUUIDs are the UUIDs a CDI device's own edits name.
-func deviceUUIDs(d resolve.Device) []string {
-	var out []string
-	for _, e := range d.Edits.Env {
-		if k, v, _ := strings.Cut(e, "="); strings.HasPrefix(k, contract.EnvUUIDPrefix) {
-			out = append(out, v)
-		}
-	}
-	return out
 }

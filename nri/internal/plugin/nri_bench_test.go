@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nvinject/nvinject/nri/internal/collect"
+	"github.com/nvinject/nvinject/nri/internal/conn"
 	"github.com/nvinject/nvinject/nri/internal/events"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/nritest"
@@ -48,7 +49,7 @@ func benchHandler(b *testing.B, node nritest.Node, opts ...plugin.Option) *plugi
 		plugin.WithMetrics(metrics.New(prometheus.NewRegistry()))}, opts...)...)
 }
 
-func runRunner(b *testing.B, r *plugin.Runner) {
+func runRunner(b *testing.B, r *conn.Runner) {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -110,7 +111,7 @@ func BenchmarkNRIRoundTrip(b *testing.B) {
 		return func(b *testing.B) {
 			rt := nritest.NewRuntime(filepath.Join(shortDir(b), "nri.sock"), nil, nil)
 			rt.Start(b)
-			runRunner(b, plugin.NewRunner(h, contract.NRIPluginName, "10", rt.Socket, plugin.WithRunnerLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))))
+			runRunner(b, conn.New(h, contract.NRIPluginName, "10", rt.Socket, conn.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))))
 			rt.WaitSynced(b)
 			p := measure(b, rt)
 			if anchorRoundTrip[0] > 0 {
@@ -170,7 +171,7 @@ func BenchmarkReconnect(b *testing.B) {
 	b.Run("nvinject", func(b *testing.B) {
 		rt := nritest.NewRuntime(filepath.Join(shortDir(b), "nri.sock"), nil, nil)
 		rt.Start(b)
-		r := plugin.NewRunner(h, contract.NRIPluginName, "10", rt.Socket, plugin.WithRunnerLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		r := conn.New(h, contract.NRIPluginName, "10", rt.Socket, conn.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 		runRunner(b, r)
 		rt.WaitSynced(b)
 		var lat []time.Duration

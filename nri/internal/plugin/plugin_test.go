@@ -23,11 +23,13 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nvinject/nvinject/nri/internal/collect"
+	"github.com/nvinject/nvinject/nri/internal/conn"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/nritest"
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/nri/internal/simfault"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -36,21 +38,25 @@ type env struct {
 	node    nritest.Node
 	rt      *nritest.Runtime
 	reg     *prometheus.Registry
-	runner  *plugin.Runner
+	runner  *conn.Runner
 	handler *plugin.Handler
+	// slow is the handler as the runner registers it when envOpts.slow.
+	slow    *simfault.Slow
 	stopped chan struct{}
 }
 
 type envOpts struct {
-	hook     bool
-	kubelet  string
+	hook    bool
+	kubelet string
+	// slow registers the handler wrapped in the simulation's delay.
+	slow     bool
 	pods     []*api.PodSandbox
 	ctrs     []*api.Container
 	extraDir func(dir string)
 	// runtimeOpts configure the NRI runtime, handlerOpts the handler.
 	runtimeOpts []adaptation.Option
 	handlerOpts []plugin.Option
-	runnerOpts  []plugin.RunnerOption
+	runnerOpts  []conn.Option
 }
 
 func shortDir(t testing.TB) string {
@@ -103,7 +109,12 @@ func start(t *testing.T, o envOpts) *env {
 	}
 	h := plugin.NewHandler(col, res, append(opts, o.handlerOpts...)...)
 	e.handler = h
-	e.runner = plugin.NewRunner(h, "nvinject", "10", e.rt.Socket, append([]plugin.RunnerOption{plugin.WithRunnerLogger(log), plugin.WithRunnerMetrics(m), plugin.WithRetryInterval(50 * time.Millisecond)}, o.runnerOpts...)...)
+	var p conn.Plugin = h
+	if o.slow {
+		e.slow = simfault.NewSlow(h, 0)
+		p = e.slow
+	}
+	e.runner = conn.New(p, "nvinject", "10", e.rt.Socket, append([]conn.Option{conn.WithLogger(log), conn.WithMetrics(m), conn.WithRetryInterval(50 * time.Millisecond)}, o.runnerOpts...)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer close(e.stopped)
@@ -386,17 +397,19 @@ func TestMalformedSpecBesideGoodOne(t *testing.T) {
 }
 
 // kubelet is a PodResources server answering List with the pods it is
-// given (namespace default), or with err.
+// given (namespace default), or with err, and counting the Lists.
 type kubelet struct {
 	podresv1.UnimplementedPodResourcesListerServer
-	mu   sync.Mutex
-	pods map[string]*podresv1.PodResources
-	err  error
+	mu    sync.Mutex
+	pods  map[string]*podresv1.PodResources
+	err   error
+	lists int
 }
 
 func (k *kubelet) List(context.Context, *podresv1.ListPodResourcesRequest) (*podresv1.ListPodResourcesResponse, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.lists++
 	res := &podresv1.ListPodResourcesResponse{}
 	for _, n := range slices.Sorted(maps.Keys(k.pods)) {
 		res.PodResources = append(res.PodResources, k.pods[n])
@@ -453,11 +466,18 @@ func (k *kubelet) fail(err error) {
 	k.err = err
 }
 
-// reset forgets every pod and failure.
+// reset forgets every pod, failure and List.
 func (k *kubelet) reset() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.pods, k.err = nil, nil
+	k.pods, k.err, k.lists = nil, nil, 0
+}
+
+// listed is how many Lists were answered since the last reset.
+func (k *kubelet) listed() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lists
 }
 
 func serveKubelet(t *testing.T, k *kubelet) string {

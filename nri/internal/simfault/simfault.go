@@ -1,31 +1,73 @@
-// Package simfault serves the SIMULATION-only endpoints that make
-// nvinject-nri misbehave for the fault tests: POST /debug/sim/delay?d=
-// (every CreateContainer of a GPU runtime handler pod waits d first) and POST /debug/sim/disconnect?for=
-// (drop the NRI connection and stay away that long). The command mounts
-// them only when --nvml=sim:...; a real node has none.
+// Package simfault is SIMULATION-only equipment: the faults the fault tests
+// play on nvinject-nri. Slow holds up every CreateContainer of a served
+// runtime handler's pod (--sim-delay, POST /debug/sim/delay?d=); POST
+// /debug/sim/disconnect?for= drops the NRI connection and stays away that
+// long. The command wires it only when --nvml=sim:...; a real node has none.
 package simfault
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nvinject/nvinject/nri/internal/plugin"
 )
 
-// Delayer sets the simulated CreateContainer delay.
-type Delayer interface{ SetSimDelay(time.Duration) }
+// Slow is the handler with every CreateContainer of a served runtime
+// handler's pod waiting the delay first, inside the handler's request
+// deadline, as real slowness would (other pods skip the GPU work).
+type Slow struct {
+	*plugin.Handler
+	delay atomic.Int64
+}
 
-// Disconnecter drops the NRI connection for a while.
-type Disconnecter interface{ SimDisconnect(time.Duration) error }
+// NewSlow returns h slowed by d.
+func NewSlow(h *plugin.Handler, d time.Duration) *Slow {
+	s := &Slow{Handler: h}
+	s.SetDelay(d)
+	return s
+}
+
+// SetDelay sets the delay of the CreateContainer calls that follow.
+func (s *Slow) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
+
+// CreateContainer waits the delay, or until the request's deadline, then
+// runs the handler's CreateContainer in what is left of that deadline.
+func (s *Slow) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	d := time.Duration(s.delay.Load())
+	if d <= 0 {
+		return s.Handler.CreateContainer(ctx, pod, ctr)
+	}
+	return s.CreateContainerAfter(ctx, func(ctx context.Context) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}, pod, ctr)
+}
+
+// Delayer sets the CreateContainer delay (Slow).
+type Delayer interface{ SetDelay(time.Duration) }
+
+// Reconnecter drops the NRI connection and connects again after a while
+// (conn.Runner).
+type Reconnecter interface{ Reconnect(time.Duration) error }
 
 // Routes returns the patterns and handlers to mount.
-func Routes(del Delayer, dis Disconnecter) map[string]http.Handler {
+func Routes(del Delayer, dis Reconnecter) map[string]http.Handler {
 	return map[string]http.Handler{
 		"POST /debug/sim/delay": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d, ok := duration(w, r, "d")
 			if !ok {
 				return
 			}
-			del.SetSimDelay(d)
+			del.SetDelay(d)
 			_, _ = fmt.Fprintf(w, "SIMULATED CreateContainer delay set to %s\n", d)
 		}),
 		"POST /debug/sim/disconnect": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -33,7 +75,7 @@ func Routes(del Delayer, dis Disconnecter) map[string]http.Handler {
 			if !ok {
 				return
 			}
-			if err := dis.SimDisconnect(d); err != nil {
+			if err := dis.Reconnect(d); err != nil {
 				http.Error(w, err.Error(), http.StatusConflict)
 				return
 			}

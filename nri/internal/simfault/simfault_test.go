@@ -14,8 +14,8 @@ type fake struct {
 	fail  bool
 }
 
-func (f *fake) SetSimDelay(d time.Duration) { f.delay = d }
-func (f *fake) SimDisconnect(d time.Duration) error {
+func (f *fake) SetDelay(d time.Duration) { f.delay = d }
+func (f *fake) Reconnect(d time.Duration) error {
 	if f.fail {
 		return errors.New("not connected")
 	}

@@ -87,9 +87,12 @@ func FromEdits(name string, nodes []Node, env []string) ([]GPU, error) {
 	return out, nil
 }
 
-// UUIDEnv returns the minor→UUID pairs named by NVINJECT_GPU_UUID_<minor>.
-// A variable with a malformed minor is kept under minor -1 so that it still
-// counts as a disagreement.
+// UUIDEnv returns the minor→UUID pairs named by NVINJECT_GPU_UUID_<minor>,
+// the one reading of that environment: a CDI device's edits and the
+// container's own (untrusted) env alike. A variable whose minor is not
+// written as nvinject writes it (decimal, no sign or leading zero) is kept
+// under minor -1, so that it still counts as a disagreement: "_03" must not
+// stand in for "_3", as which of the two won would depend on the order.
 func UUIDEnv(env []string) map[int64]string {
 	out := map[int64]string{}
 	for _, kv := range env {
@@ -99,7 +102,7 @@ func UUIDEnv(env []string) map[int64]string {
 			continue
 		}
 		m, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || m < 0 {
+		if err != nil || m < 0 || strconv.FormatInt(m, 10) != s {
 			m = -1
 		}
 		out[m] = v

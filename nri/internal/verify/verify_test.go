@@ -2,6 +2,7 @@ package verify
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -32,6 +33,9 @@ func TestCheck(t *testing.T) {
 			Env: []string{"NVINJECT_GPU_UUID_0=GPU-a", "NVINJECT_GPU_UUID_1=GPU-z"}}, reason: ReasonEnv, found: "GPU-z"},
 		{name: "extra env", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1)},
 			Env: append(okEnv, "NVINJECT_GPU_UUID_x=GPU-c")}, reason: ReasonEnv, found: "GPU-c"},
+		// Read as minor 1, _01 would be hidden by the _1 after it.
+		{name: "a minor spelled otherwise", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1)},
+			Env: append([]string{"NVINJECT_GPU_UUID_01=GPU-c"}, okEnv...)}, reason: ReasonEnv, found: "GPU-c"},
 		{name: "stale spec vs inventory", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1)}, Env: okEnv,
 			Inventory: map[string]int64{"GPU-a": 1, "GPU-b": 0}}, reason: ReasonStaleSpec},
 		{name: "kubelet disagrees", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1)}, Env: okEnv, Kubelet: []string{"GPU-a"}},
@@ -70,4 +74,45 @@ func TestFromEdits(t *testing.T) {
 	if _, err := FromEdits("vendor.com/gpu=x", nodes, nil); err == nil {
 		t.Error("a GPU node without a UUID variable was accepted")
 	}
+}
+
+// FuzzUUIDEnv: the container's env is the user's; whatever it holds, a
+// minor read from it is the one written in the variable's name (the value
+// that of the last variable of that name), every NVINJECT_GPU_UUID_
+// variable is accounted for, and nothing else is.
+func FuzzUUIDEnv(f *testing.F) {
+	for _, s := range []string{"NVINJECT_GPU_UUID_0=GPU-a\nPATH=/bin", "NVINJECT_GPU_UUID_01=x\nNVINJECT_GPU_UUID_1=y",
+		"NVINJECT_GPU_UUID_+1=x", "NVINJECT_GPU_UUID_-0=", "NVINJECT_GPU_UUID_=", "NVINJECT_GPU_UUID_99999999999999999999=z", "=\n=="} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		env := strings.Split(s, "\n")
+		got := UUIDEnv(env)
+		last := map[string]string{}
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			last[k] = v
+		}
+		for m, v := range got {
+			if m < -1 {
+				t.Fatalf("UUIDEnv(%q) has minor %d", env, m)
+			}
+			if k := EnvUUIDPrefix + strconv.FormatInt(m, 10); m >= 0 && last[k] != v {
+				t.Fatalf("UUIDEnv(%q)[%d] = %q, but the env's last %s is %q", env, m, v, k, last[k])
+			}
+		}
+		for k := range last {
+			suffix, ok := strings.CutPrefix(k, EnvUUIDPrefix)
+			if !ok {
+				continue
+			}
+			if _, bad := got[-1]; bad {
+				continue
+			}
+			m, err := strconv.ParseInt(suffix, 10, 64)
+			if _, ok := got[m]; err != nil || !ok {
+				t.Fatalf("UUIDEnv(%q) = %v does not account for %s", env, got, k)
+			}
+		}
+	})
 }

@@ -1,7 +1,10 @@
-package plugin
+// Package conn keeps an NRI plugin registered with the runtime: it connects,
+// and reconnects whenever the runtime closes the connection.
+package conn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,13 +20,24 @@ import (
 	"github.com/nvinject/nvinject/shared/fswatch"
 )
 
-// Runner keeps the handler registered with the runtime's NRI. The NRI stub
+// Plugin is what a Runner keeps registered: an NRI stub plugin (the stub
+// subscribes it to the events whose methods it has) with the two events a
+// fail-closed GPU check needs, whose requests may outlive their connection.
+type Plugin interface {
+	stub.CreateContainerInterface
+	stub.ValidateContainerAdjustmentInterface
+	// Wait waits for requests still running after the runtime stopped
+	// waiting for them.
+	Wait()
+}
+
+// Runner keeps a Plugin registered with the runtime's NRI. The NRI stub
 // connects once; when containerd restarts the connection closes, so Runner
 // makes a new stub and connects again until its context ends: as soon as
 // the socket is there again (a watch on its directory, shared/fswatch),
 // and otherwise with a backoff from minRetry up to the retry interval.
 type Runner struct {
-	handler   *Handler
+	plugin    Plugin
 	name      string
 	idx       string
 	socket    string
@@ -31,25 +45,27 @@ type Runner struct {
 	log       *slog.Logger
 	metrics   *metrics.Metrics
 	connected atomic.Bool
-	drop      chan time.Duration
+	// drop takes a Reconnect's time away; dropping: one is pending.
+	drop     chan time.Duration
+	dropping atomic.Bool
 }
 
-// RunnerOption configures a Runner.
-type RunnerOption func(*Runner)
+// Option configures a Runner.
+type Option func(*Runner)
 
 // WithRetryInterval sets the longest pause between connection attempts
 // while no socket event arrives (default 1s).
-func WithRetryInterval(d time.Duration) RunnerOption { return func(r *Runner) { r.retry = d } }
+func WithRetryInterval(d time.Duration) Option { return func(r *Runner) { r.retry = d } }
 
-// WithRunnerLogger sets the logger.
-func WithRunnerLogger(l *slog.Logger) RunnerOption { return func(r *Runner) { r.log = l } }
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 
-// WithRunnerMetrics records the connection state.
-func WithRunnerMetrics(m *metrics.Metrics) RunnerOption { return func(r *Runner) { r.metrics = m } }
+// WithMetrics records the connection state.
+func WithMetrics(m *metrics.Metrics) Option { return func(r *Runner) { r.metrics = m } }
 
-// NewRunner returns a Runner registering h as name at index idx on socket.
-func NewRunner(h *Handler, name, idx, socket string, opts ...RunnerOption) *Runner {
-	r := &Runner{handler: h, name: name, idx: idx, socket: socket, retry: time.Second, log: slog.Default(), drop: make(chan time.Duration, 1)}
+// New returns a Runner registering p as name at index idx on socket.
+func New(p Plugin, name, idx, socket string, opts ...Option) *Runner {
+	r := &Runner{plugin: p, name: name, idx: idx, socket: socket, retry: time.Second, log: slog.Default(), drop: make(chan time.Duration, 1)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -71,7 +87,7 @@ const minRetry = time.Millisecond
 // Run connects and reconnects until ctx ends. It fails only on a
 // configuration error that no retry can fix.
 func (r *Runner) Run(ctx context.Context) error {
-	defer r.handler.Wait()
+	defer r.plugin.Wait()
 	socket := filepath.Clean(r.socket)
 	watch, err := fswatch.Start(ctx, []string{filepath.Dir(socket)}, fswatch.WithLogger(r.log.With("watch", "NRI socket directory")),
 		fswatch.WithFilter(func(p string) bool { return p == socket }))
@@ -83,7 +99,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	for {
 		closed := make(chan struct{})
 		var once sync.Once
-		s, err := stub.New(r.handler,
+		s, err := stub.New(r.plugin,
 			stub.WithPluginName(r.name), stub.WithPluginIdx(r.idx), stub.WithSocketPath(r.socket),
 			stub.WithLogger(nriLogger{r.log}),
 			stub.WithOnClose(func() { once.Do(func() { close(closed) }) }))
@@ -111,7 +127,8 @@ func (r *Runner) Run(ctx context.Context) error {
 		case d := <-r.drop:
 			s.Stop()
 			r.setConnected(false)
-			r.log.Warn("SIMULATED disconnect from NRI", "socket", r.socket, "reconnect_in", d.String())
+			r.dropping.Store(false)
+			r.log.Warn("dropped the NRI connection on request; reconnecting later", "socket", r.socket, "reconnect_in", d.String())
 			select {
 			case <-ctx.Done():
 				return nil
@@ -143,19 +160,18 @@ func (r *Runner) awaitRetry(ctx context.Context, changes <-chan fswatch.Change, 
 	}
 }
 
-// SimDisconnect drops the NRI connection and stays away for d before
-// reconnecting. SIMULATION ONLY: the fault tests use it to play a plugin
-// that lost its connection; the command serves it only with simulated GPUs.
-func (r *Runner) SimDisconnect(d time.Duration) error {
+// Reconnect drops the current NRI connection and connects again d later.
+// The simulation's disconnect route uses it to play a plugin that lost its
+// connection.
+func (r *Runner) Reconnect(d time.Duration) error {
 	if !r.connected.Load() {
 		return fmt.Errorf("not connected to NRI at %s", r.socket)
 	}
-	select {
-	case r.drop <- d:
-		return nil
-	default:
-		return fmt.Errorf("a simulated disconnect is already pending")
+	if !r.dropping.CompareAndSwap(false, true) {
+		return errors.New("a reconnect is already pending")
 	}
+	r.drop <- d
+	return nil
 }
 
 func (r *Runner) setConnected(up bool) {
