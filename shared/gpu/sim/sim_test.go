@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -45,7 +46,7 @@ func TestDeterministicNode(t *testing.T) {
 	uuidRE := regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	seen := map[string]bool{}
 	for i, d := range eight.Devices {
-		if d != again.Devices[i] {
+		if !reflect.DeepEqual(d, again.Devices[i]) {
 			t.Errorf("GPU %d differs between two builds: %+v vs %+v", i, d, again.Devices[i])
 		}
 		if !uuidRE.MatchString(d.UUID) || seen[d.UUID] {
