@@ -253,8 +253,10 @@ func busID(p nvml.PciInfo) string {
 	return id
 }
 
+// nvmlErr wraps NVML's return code, so callers can tell, say, an instance
+// that went away (nvml.ERROR_NOT_FOUND) from a broken driver.
 func nvmlErr(what string, ret nvml.Return) error {
-	return fmt.Errorf("NVML: %s: %s", what, nvml.ErrorString(ret))
+	return fmt.Errorf("NVML: %s: %w", what, ret)
 }
 
 // WatchHealth registers for Xid critical errors on the given GPUs, sends
