@@ -21,7 +21,8 @@ func discover(t *testing.T, value string) (gpu.Node, *sim.Node, *nvmlinv.Invento
 		t.Fatal(err)
 	}
 	n := sim.New(spec)
-	inv, err := nvmlinv.New(n.NVML(), nvmlinv.WithNodeLookup(n.Nodes()), nvmlinv.WithSimulated(), nvmlinv.WithWaitSlice(20*time.Millisecond))
+	inv, err := nvmlinv.New(n.NVML(), nvmlinv.WithNodeLookup(n.Nodes()), nvmlinv.WithCaps(n.ProcFS(), "the SIMULATED driver's procfs"),
+		nvmlinv.WithSimulated(), nvmlinv.WithWaitSlice(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
