@@ -449,3 +449,61 @@ func placements(dev *server.Device) []placed {
 	}
 	return have
 }
+
+// CreateGPUInstance changes the MIG layout of a running simulated node:
+// it creates a GPU instance of profile ("1g.10gb", "1c.3g.40gb") on
+// simulated GPU index, and its one compute instance, through NVML's calls
+// as nvidia-smi mig -cgi PROFILE -C does, at the first free placement. It
+// returns the GI and CI IDs.
+func (n *Node) CreateGPUInstance(index int, profile string) (gi, ci int, err error) {
+	dev, err := n.migGPU(index)
+	if err != nil {
+		return 0, 0, err
+	}
+	p, ok := findProfile(dev.Config, profile)
+	if !ok {
+		return 0, 0, fmt.Errorf("%q is not a MIG profile of simulated GPU %d (%s); its profiles: %s", profile, index, n.spec.Model, profileNames(dev.Config))
+	}
+	return create(dev, index, p, nil)
+}
+
+// DestroyGPUInstance destroys GPU instance gi on simulated GPU index and
+// its compute instances through NVML's calls, as nvidia-smi mig -dci and
+// -dgi do.
+func (n *Node) DestroyGPUInstance(index, gi int) error {
+	dev, err := n.migGPU(index)
+	if err != nil {
+		return err
+	}
+	g, ret := dev.GetGpuInstanceById(gi)
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("simulated GPU %d has no GPU instance %d: %s", index, gi, nvml.ErrorString(ret))
+	}
+	for _, in := range instances(dev) {
+		if in.giID != gi {
+			continue
+		}
+		c, ret := g.GetComputeInstanceById(in.ciID)
+		if ret == nvml.SUCCESS {
+			ret = c.Destroy()
+		}
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("simulated GPU %d: destroy compute instance %d of GPU instance %d: %s", index, in.ciID, gi, nvml.ErrorString(ret))
+		}
+	}
+	if ret := g.Destroy(); ret != nvml.SUCCESS {
+		return fmt.Errorf("simulated GPU %d: destroy GPU instance %d: %s", index, gi, nvml.ErrorString(ret))
+	}
+	return nil
+}
+
+func (n *Node) migGPU(index int) (*server.Device, error) {
+	if index < 0 || index >= len(n.server.Devices) {
+		return nil, fmt.Errorf("simulated GPU %d does not exist; the node has GPUs 0 to %d", index, len(n.server.Devices)-1)
+	}
+	dev := n.server.Devices[index].(*server.Device)
+	if mode, _, _ := dev.GetMigMode(); mode != nvml.DEVICE_MIG_ENABLE {
+		return nil, fmt.Errorf("simulated GPU %d has MIG mode off; turn it on with mig=%d in --nvml", index, index)
+	}
+	return dev, nil
+}

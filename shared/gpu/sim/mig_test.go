@@ -196,6 +196,66 @@ func TestMIGModeWithoutInstances(t *testing.T) {
 	}
 }
 
+// A layout changed on the running node, through NVML's calls, shows in the
+// next Discover: new devices with their caps, destroyed ones gone, IDs reused.
+func TestRuntimeLayoutChange(t *testing.T) {
+	_, n, inv := discover(t, "sim:a100-80gb*2,mig=0:3g.40gb")
+	ctx := context.Background()
+	profiles := func() []string {
+		t.Helper()
+		node, err := inv.Discover(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range node.Devices[0].MIG {
+			out = append(out, fmt.Sprintf("%d/%d %s %s", m.GPUInstance, m.ComputeInstance, m.Profile, m.GIAccess.Path))
+		}
+		return out
+	}
+	if got := profiles(); !reflect.DeepEqual(got, []string{"0/0 3g.40gb /dev/nvidia-caps/nvidia-cap3"}) {
+		t.Fatalf("before: %v", got)
+	}
+	gi, ci, err := n.CreateGPUInstance(0, "2g.20gb")
+	if err != nil || gi != 1 || ci != 0 {
+		t.Fatalf("create 2g.20gb: GI %d CI %d, %v", gi, ci, err)
+	}
+	if _, _, err := n.CreateGPUInstance(0, "1g.10gb"); err != nil {
+		t.Fatal(err)
+	}
+	if got := profiles(); !reflect.DeepEqual(got, []string{"0/0 3g.40gb /dev/nvidia-caps/nvidia-cap3", "1/0 2g.20gb /dev/nvidia-caps/nvidia-cap12", "2/0 1g.10gb /dev/nvidia-caps/nvidia-cap21"}) {
+		t.Fatalf("after creating: %v", got)
+	}
+	if _, _, err := n.CreateGPUInstance(0, "3g.40gb"); err == nil || !strings.Contains(err.Error(), "no room for 3g.40gb") || !strings.Contains(err.Error(), "what fits: none") {
+		t.Errorf("create past the slices: %v", err)
+	}
+	if err := n.DestroyGPUInstance(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := profiles(); !reflect.DeepEqual(got, []string{"1/0 2g.20gb /dev/nvidia-caps/nvidia-cap12", "2/0 1g.10gb /dev/nvidia-caps/nvidia-cap21"}) {
+		t.Fatalf("after destroying GI 0: %v", got)
+	}
+	if gi, _, err := n.CreateGPUInstance(0, "1c.3g.40gb"); err != nil || gi != 0 {
+		t.Fatalf("GI 0 is free again: GI %d, %v", gi, err)
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{n.DestroyGPUInstance(0, 9), "no GPU instance 9"},
+		{n.DestroyGPUInstance(1, 0), "MIG mode off"},
+		{n.DestroyGPUInstance(2, 0), "GPUs 0 to 1"},
+		{second(n.CreateGPUInstance(1, "7g.80gb")), "mig=1"},
+		{second(n.CreateGPUInstance(0, "7g.81gb")), "7g.80gb"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("error %v does not say %q", tc.err, tc.want)
+		}
+	}
+}
+
+func second(_, _ int, err error) error { return err }
+
 // The simulated driver refuses what the real one does, through NVML itself.
 func TestSimulatedDriverRules(t *testing.T) {
 	_, n, inv := discover(t, "sim:a100-80gb*2,mig=0:3g.40gb")
@@ -274,5 +334,40 @@ func TestMissingCaps(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "a test root") {
 			t.Errorf("error %v does not name %s", err, tc.want)
 		}
+	}
+}
+
+// Layout changes while discovery runs are safe: a Discover sees a whole
+// layout or fails on an instance that went away, as on a real node.
+func TestLayoutChangeDuringDiscover(t *testing.T) {
+	_, n, inv := discover(t, "sim:a100-80gb*2,mig=0+1")
+	done := make(chan error, 1)
+	go func() {
+		for range 50 {
+			gi, _, err := n.CreateGPUInstance(0, "3g.40gb")
+			if err == nil {
+				err = n.DestroyGPUInstance(0, gi)
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for range 50 {
+		node, err := inv.Discover(context.Background())
+		if err != nil {
+			if !errors.Is(err, nvml.ERROR_NOT_FOUND) {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if m := node.Devices[0].MIG; len(m) > 1 || (len(m) == 1 && m[0].Profile != "3g.40gb") {
+			t.Fatalf("a torn layout: %+v", m)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
