@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"reflect"
 	"regexp"
 	"strings"
@@ -299,6 +300,44 @@ func TestSimulatedDriverRules(t *testing.T) {
 	}
 	if node, err := inv.Discover(context.Background()); err != nil || len(node.Devices[0].MIG) != 1 {
 		t.Errorf("with a bare GI: %v, %+v", err, node.Devices[0].MIG)
+	}
+}
+
+// The capability files WriteProc puts in a driver root read back, through
+// the same parser on disk, as the node's own procfs does.
+func TestWriteProc(t *testing.T) {
+	node, n, _ := discover(t, "sim:h200-141gb*2,mig=0:3g.71gb*2/1:7g.141gb")
+	dir := t.TempDir()
+	fromDisk := func() gpu.Node {
+		t.Helper()
+		if err := n.WriteProc(dir); err != nil {
+			t.Fatal(err)
+		}
+		inv, err := nvmlinv.New(n.NVML(), nvmlinv.WithNodeLookup(n.Nodes()), nvmlinv.WithCaps(os.DirFS(dir), dir), nvmlinv.WithSimulated())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := inv.Discover(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := fromDisk(); !reflect.DeepEqual(got, node) {
+		t.Errorf("from disk:\n%+v\nfrom the simulated procfs:\n%+v", got.Devices, node.Devices)
+	}
+	data, err := os.ReadFile(dir + nvcaps.GPUInstanceFile(0, 1))
+	if err != nil || string(data) != "DeviceFileMinor: 12\nDeviceFileMode: 292\nDeviceFileModify: 1\n" {
+		t.Errorf("GI 1's access file: %q, %v", data, err)
+	}
+	if err := n.DestroyGPUInstance(0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := fromDisk(); len(got.Devices[0].MIG) != 1 {
+		t.Errorf("after destroying GI 1: %+v", got.Devices[0].MIG)
+	}
+	if _, err := os.Stat(dir + nvcaps.GPUInstanceFile(0, 1)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the destroyed GI's access file is still there: %v", err)
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -110,3 +112,24 @@ func (i procInfo) Mode() fs.FileMode  { return 0o444 }
 func (i procInfo) ModTime() time.Time { return time.Time{} }
 func (i procInfo) IsDir() bool        { return false }
 func (i procInfo) Sys() any           { return nil }
+
+// WriteProc writes the simulated driver's procfs files, as ProcFS serves
+// them now, into the driver root dir: a simulated root then carries the
+// capability files of its MIG layout. Capability files of instances that
+// no longer exist are removed.
+func (n *Node) WriteProc(dir string) error {
+	caps := filepath.Join(dir, nvcaps.Dir)
+	if err := os.RemoveAll(caps); err != nil {
+		return fmt.Errorf("clear the simulated capability files in %s: %w", caps, err)
+	}
+	for name, data := range n.procFiles() {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("write the simulated %s: %w", p, err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			return fmt.Errorf("write the simulated %s: %w", p, err)
+		}
+	}
+	return nil
+}
