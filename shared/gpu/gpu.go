@@ -1,6 +1,9 @@
-// Package gpu holds the facts nvinject knows about a node's NVIDIA GPUs.
-// Both daemons and the CDI generator consume these types; the backends that
-// produce them (real NVML, simulated NVML) live in sub-packages.
+// Package gpu holds the facts nvinject knows about a node's NVIDIA GPUs:
+// each GPU, its MIG devices (MIGDevice: a compute instance inside a GPU
+// instance, with its profile and the /dev/nvidia-caps nodes that grant it),
+// the driver-wide nodes and the links between GPUs. The types are plain data:
+// both daemons and the CDI generator consume them; the backends that produce
+// them (real NVML, simulated NVML) live in sub-packages.
 package gpu
 
 import (
@@ -43,6 +46,47 @@ type Device struct {
 	// NVML does not report them.
 	Architecture      string
 	ComputeCapability string
+	// MIG lists the MIG devices that exist on the GPU, in GPU instance then
+	// compute instance order; empty when MIG mode is off or no instance
+	// exists.
+	MIG []MIGDevice
+}
+
+// MIGDevice is one MIG device: a compute instance (CI) inside a GPU
+// instance (GI) on a parent GPU with MIG mode on. CUDA and containers see
+// it as a GPU of its own, named by its UUID.
+type MIGDevice struct {
+	// UUID is NVML's "MIG-..." UUID.
+	UUID       string
+	ParentUUID string
+	// GPUInstance and ComputeInstance are NVML's GI and CI IDs: the GI's ID
+	// on the parent, the CI's within the GI.
+	GPUInstance     int
+	ComputeInstance int
+	// Profile is NVIDIA's name for the MIG device's shape: "1g.10gb",
+	// "3g.40gb", "1g.10gb+me" (media extensions), or "1c.3g.40gb" when the
+	// CI has fewer slices than its GI.
+	Profile     string
+	MemoryBytes uint64
+	// GPUSlices is the GI's slice count (the "g" of the profile);
+	// ComputeSlices the CI's (the "c"); Multiprocessors the CI's SMs.
+	GPUSlices       int
+	ComputeSlices   int
+	Multiprocessors int
+	// Placement is where the GI sits on the parent, as NVML reports it.
+	Placement MIGPlacement
+	// Parent is the parent's /dev/nvidiaN. GIAccess and CIAccess are the
+	// /dev/nvidia-caps/nvidia-capN nodes whose open grants the GI and the
+	// CI: a container gets all three to use this MIG device and no other.
+	Parent   DeviceNode
+	GIAccess DeviceNode
+	CIAccess DeviceNode
+}
+
+// MIGPlacement is a GI's first slice on its GPU and the slices it spans.
+type MIGPlacement struct {
+	Start int
+	Size  int
 }
 
 // Link describes how two GPUs reach each other.
@@ -64,6 +108,12 @@ type Node struct {
 	// ControlNodes are the driver-wide nodes present on the host
 	// (/dev/nvidiactl, /dev/nvidia-uvm, ...).
 	ControlNodes []DeviceNode
+	// MIGConfig and MIGMonitor are /dev/nvidia-caps' config and monitor
+	// nodes (nvidia-cap1 and nvidia-cap2): config lets a process create and
+	// destroy GPU instances (nvidia-smi mig, mig-parted), monitor lets it
+	// observe all of them (DCGM). Zero when no GPU has MIG mode on.
+	MIGConfig  DeviceNode
+	MIGMonitor DeviceNode
 	// Links is keyed by both UUIDs of a pair, in either order.
 	Links map[string]map[string]Link
 	// Simulated is true when the facts come from nvinject's simulated NVML.

@@ -83,7 +83,8 @@ func OpenSimulated(value string, o Options) (*Backend, *sim.Node, error) {
 		return nil, nil, err
 	}
 	node := sim.New(spec)
-	inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source))
+	inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithCaps(node.ProcFS(), "the SIMULATED driver's procfs"),
+		nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source))
 	if err != nil {
 		return nil, nil, err
 	}

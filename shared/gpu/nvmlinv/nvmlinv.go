@@ -1,12 +1,15 @@
-// Package nvmlinv implements gpu.Inventory on top of an nvml.Interface. The
-// same code serves real NVML and nvinject's simulated NVML, so a simulation
-// exercises the discovery and health paths a real node runs.
+// Package nvmlinv implements gpu.Inventory on top of an nvml.Interface:
+// discovery (GPUs, their MIG devices with the caps nodes the driver's
+// capability files name, topology) and health. The same code serves real
+// NVML and nvinject's simulated NVML, so a simulation exercises the
+// discovery and health paths a real node runs.
 package nvmlinv
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/gpu/nvcaps"
 )
 
 // NodeLookup resolves a /dev path to the node the host really has. The
@@ -29,6 +33,8 @@ type NodeLookup interface {
 type Inventory struct {
 	lib       nvml.Interface
 	nodes     NodeLookup
+	caps      fs.FS
+	capsWhere string
 	simulated bool
 	source    string
 	waitSlice uint32
@@ -42,6 +48,14 @@ type Option func(*Inventory)
 
 // WithNodeLookup sets how device nodes are found (default: stat under /).
 func WithNodeLookup(l NodeLookup) Option { return func(i *Inventory) { i.nodes = l } }
+
+// WithCaps sets where the driver's capability files (/proc/driver/nvidia/
+// capabilities, /proc/devices) are read: fsys stands for the host's /, and
+// where names it in errors. The default is the host's own /proc, which a
+// container shares with the host for these files.
+func WithCaps(fsys fs.FS, where string) Option {
+	return func(i *Inventory) { i.caps, i.capsWhere = fsys, where }
+}
 
 // WithSimulated marks the facts as simulated.
 func WithSimulated() Option { return func(i *Inventory) { i.simulated = true } }
@@ -64,7 +78,7 @@ var ErrDriverNotLoaded = errors.New("NVML: Driver Not Loaded")
 
 // New initialises NVML through lib and returns the inventory.
 func New(lib nvml.Interface, opts ...Option) (*Inventory, error) {
-	inv := &Inventory{lib: lib, nodes: StatLookup{Root: "/"}, source: "NVML", waitSlice: 1000}
+	inv := &Inventory{lib: lib, nodes: StatLookup{Root: "/"}, caps: os.DirFS("/"), capsWhere: "the host's /", source: "NVML", waitSlice: 1000}
 	for _, o := range opts {
 		o(inv)
 	}
@@ -94,7 +108,8 @@ func (i *Inventory) Close() error {
 	return nil
 }
 
-// Discover reads the node's GPUs, device nodes and pairwise topology.
+// Discover reads the node's GPUs, their MIG devices, device nodes and
+// pairwise topology.
 func (i *Inventory) Discover(ctx context.Context) (gpu.Node, error) {
 	node := gpu.Node{Simulated: i.simulated, DriverSource: i.source, Links: map[string]map[string]gpu.Link{}}
 	var ret nvml.Return
@@ -112,6 +127,8 @@ func (i *Inventory) Discover(ctx context.Context) (gpu.Node, error) {
 		return gpu.Node{}, nvmlErr("count GPUs", ret)
 	}
 	handles := make([]nvml.Device, 0, count)
+	caps := nvcaps.New(i.caps, i.capsWhere)
+	mig := false
 	for idx := 0; idx < count; idx++ {
 		if err := ctx.Err(); err != nil {
 			return gpu.Node{}, err
@@ -120,10 +137,11 @@ func (i *Inventory) Discover(ctx context.Context) (gpu.Node, error) {
 		if ret != nvml.SUCCESS {
 			return gpu.Node{}, nvmlErr(fmt.Sprintf("open GPU %d", idx), ret)
 		}
-		d, err := i.device(idx, h)
+		d, err := i.device(idx, h, caps)
 		if err != nil {
 			return gpu.Node{}, err
 		}
+		mig = mig || d.MIGEnabled
 		node.Devices = append(node.Devices, d)
 		handles = append(handles, h)
 	}
@@ -140,6 +158,14 @@ func (i *Inventory) Discover(ctx context.Context) (gpu.Node, error) {
 		return gpu.Node{}, err
 	}
 	node.ControlNodes = ctl
+	if mig {
+		if node.MIGConfig, err = caps.Node(nvcaps.ConfigFile); err != nil {
+			return gpu.Node{}, fmt.Errorf("MIG config capability: %w", err)
+		}
+		if node.MIGMonitor, err = caps.Node(nvcaps.MonitorFile); err != nil {
+			return gpu.Node{}, fmt.Errorf("MIG monitor capability: %w", err)
+		}
+	}
 	return node, nil
 }
 
@@ -150,7 +176,7 @@ func setLink(m map[string]map[string]gpu.Link, a, b string, l gpu.Link) {
 	m[a][b] = l
 }
 
-func (i *Inventory) device(idx int, h nvml.Device) (gpu.Device, error) {
+func (i *Inventory) device(idx int, h nvml.Device, caps *nvcaps.Reader) (gpu.Device, error) {
 	d := gpu.Device{Index: idx, NUMANode: -1}
 	var ret nvml.Return
 	if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
@@ -197,6 +223,11 @@ func (i *Inventory) device(idx int, h nvml.Device) (gpu.Device, error) {
 		n = gpu.DeviceNode{Path: path, Type: "c", Major: gpu.NVIDIAMajor, Minor: int64(d.Minor)}
 	}
 	d.Node = n
+	if d.MIGEnabled {
+		if d.MIG, err = migDevices(d, h, caps); err != nil {
+			return d, err
+		}
+	}
 	return d, nil
 }
 
@@ -253,8 +284,10 @@ func busID(p nvml.PciInfo) string {
 	return id
 }
 
+// nvmlErr wraps NVML's return code, so callers can tell, say, an instance
+// that went away (nvml.ERROR_NOT_FOUND) from a broken driver.
 func nvmlErr(what string, ret nvml.Return) error {
-	return fmt.Errorf("NVML: %s: %s", what, nvml.ErrorString(ret))
+	return fmt.Errorf("NVML: %s: %w", what, ret)
 }
 
 // WatchHealth registers for Xid critical errors on the given GPUs, sends

@@ -1,16 +1,35 @@
 // Package sim is nvinject's SIMULATED GPU node: go-nvml's mock NVML server
-// (DGX A100 shape) made deterministic, with injectable health events (Xids)
-// and NVML health faults. It is SIMULATION equipment for tests and demos;
-// nothing here talks to a real GPU. It is chosen in one place,
-// shared/gpu/backend, for an --nvml value "sim:..."; the kubelet plugins'
-// HTTP fault routes over it are gpunode/simdebug (gpunode/README.md lists
-// the whole simulation seam).
+// (A100, H100 and H200 GPUs on a DGX-shaped node) made deterministic, with
+// MIG layouts created through NVML's own calls, the driver's MIG capability
+// files, injectable health events (Xids) and NVML health faults. It is
+// SIMULATION equipment for tests and demos; nothing here talks to a real
+// GPU. It is chosen in one place, shared/gpu/backend, for an --nvml value
+// "sim:..."; the kubelet plugins' HTTP fault routes over it are
+// gpunode/simdebug (gpunode/README.md lists the whole simulation seam).
+//
+// The value's grammar:
+//
+//	sim:<model>[*N][,mig=<entry>[/<entry>...]][,driver=VERSION]
+//	<entry>   = <gpus>[:<layout>]       GPUs with MIG mode on, and their instances
+//	<gpus>    = I[+J...]                GPU indices, from 0 to N-1
+//	<layout>  = <profile>[*K][+...]     one GPU instance (with one compute instance) per profile, K times
+//	<profile> = NVIDIA's name on the model: 1g.10gb, 3g.40gb, 7g.80gb, 1g.10gb+me,
+//	            1c.3g.40gb (a 1-slice compute instance in a 3g GPU instance), ...
+//
+// so "sim:a100-80gb*8,mig=3" turns MIG mode on for GPU 3 with no instances,
+// "sim:h100-80gb*8,mig=3:1g.10gb+1g.10gb+3g.40gb" gives GPU 3 three
+// instances, and "sim:h200-141gb*8,mig=0+1:1g.18gb*7/4:7g.141gb" lays out
+// GPUs 0, 1 and 4. A layout must fit its GPU as the driver would place it;
+// ParseSpec says what does not fit and what would. Every GPU and MIG
+// device UUID derives from the model, index, GI and CI, so a value names
+// the same devices in every process.
 package sim
 
 import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +46,7 @@ import (
 
 // Prefix marks a simulated --nvml value: "sim:a100-80gb", "sim:a100-80gb*8",
 // "sim:a100-80gb*8,mig=3" (GPU 3 with MIG mode on),
+// "sim:a100-80gb*8,mig=3:3g.40gb+3g.40gb" (and two GPU instances),
 // "sim:a100-80gb,driver=535.261.03" (the driver version NVML reports).
 const Prefix = "sim:"
 
@@ -71,15 +91,35 @@ var models = map[string]gpus.Config{
 	"a100-80gb":      gpus.A100_SXM4_80GB,
 	"a100-40gb":      gpus.A100_SXM4_40GB,
 	"a100-pcie-80gb": gpus.A100_PCIE_80GB,
+	"h100-80gb":      gpus.H100_SXM5_80GB,
+	"h200-141gb":     gpus.H200_SXM5_141GB,
 }
 
 // Spec is a parsed simulation value.
 type Spec struct {
 	Model string
 	Count int
-	MIG   []int
+	MIG   []MIGLayout
 	// Driver is the driver version NVML reports; "" for DriverVersion.
 	Driver string
+}
+
+// MIGLayout is one mig= entry: GPUs whose MIG mode is on, and the
+// profiles of the GPU instances each gets, in creation order (none: MIG
+// mode on, no instances).
+type MIGLayout struct {
+	GPUs     []int
+	Profiles []string
+}
+
+// layout returns the profiles of GPU index and whether its MIG mode is on.
+func (s Spec) layout(index int) ([]string, bool) {
+	for _, l := range s.MIG {
+		if slices.Contains(l.GPUs, index) {
+			return l.Profiles, true
+		}
+	}
+	return nil, false
 }
 
 // DriverVersion is the driver version the simulated NVML reports.
@@ -97,11 +137,18 @@ func (s Spec) String() string {
 		out += "*" + strconv.Itoa(s.Count)
 	}
 	if len(s.MIG) > 0 {
-		parts := make([]string, len(s.MIG))
-		for i, m := range s.MIG {
-			parts[i] = strconv.Itoa(m)
+		entries := make([]string, len(s.MIG))
+		for i, l := range s.MIG {
+			idx := make([]string, len(l.GPUs))
+			for j, g := range l.GPUs {
+				idx[j] = strconv.Itoa(g)
+			}
+			entries[i] = strings.Join(idx, "+")
+			if len(l.Profiles) > 0 {
+				entries[i] += ":" + renderProfiles(l.Profiles)
+			}
 		}
-		out += ",mig=" + strings.Join(parts, "+")
+		out += ",mig=" + strings.Join(entries, "/")
 	}
 	if s.Driver != "" {
 		out += ",driver=" + s.Driver
@@ -112,7 +159,30 @@ func (s Spec) String() string {
 // IsSim reports whether an --nvml value asks for the simulation.
 func IsSim(v string) bool { return strings.HasPrefix(v, Prefix) }
 
-// ParseSpec parses "sim:<model>[*N][,mig=I[+J...]][,driver=VERSION]".
+// renderProfiles writes a layout with runs of one profile as profile*K.
+func renderProfiles(names []string) string {
+	var parts []string
+	for i := 0; i < len(names); {
+		j := i + 1
+		for j < len(names) && names[j] == names[i] {
+			j++
+		}
+		if j-i > 1 {
+			parts = append(parts, fmt.Sprintf("%s*%d", names[i], j-i))
+		} else {
+			parts = append(parts, names[i])
+		}
+		i = j
+	}
+	return strings.Join(parts, "+")
+}
+
+// migSyntax is the mig= option's grammar, for errors.
+const migSyntax = "mig=I[+J][:PROFILE[*K][+PROFILE]][/...] (e.g. mig=3, mig=3:1g.10gb*2+3g.40gb, mig=0+1:7g.80gb/2:3g.40gb*2)"
+
+// ParseSpec parses "sim:<model>[*N][,mig=<entry>[/<entry>]][,driver=VERSION]"
+// (the package documentation gives the grammar) and checks that each MIG
+// layout fits its GPU.
 func ParseSpec(v string) (Spec, error) {
 	if !IsSim(v) {
 		return Spec{}, fmt.Errorf("--nvml=%q is not a simulation value; use sim:a100-80gb or sim:a100-80gb*8", v)
@@ -138,15 +208,13 @@ func ParseSpec(v string) (Spec, error) {
 		switch k {
 		case "mig":
 			if s.MIG != nil {
-				return Spec{}, fmt.Errorf("--nvml=%q: mig= is given twice; list the GPUs once, joined with +", v)
+				return Spec{}, fmt.Errorf("--nvml=%q: mig= is given twice; give one, its entries joined with /: %s", v, migSyntax)
 			}
-			for _, f := range strings.Split(val, "+") {
-				i, err := strconv.Atoi(f)
-				if err != nil || i < 0 || i >= s.Count {
-					return Spec{}, fmt.Errorf("--nvml=%q: mig index %q must be a GPU index from 0 to %d", v, f, s.Count-1)
-				}
-				s.MIG = append(s.MIG, i)
+			layouts, err := parseMIG(s, val)
+			if err != nil {
+				return Spec{}, fmt.Errorf("--nvml=%q: %w", v, err)
 			}
+			s.MIG = layouts
 		case "driver":
 			if !driverroot.ValidVersion(val) {
 				return Spec{}, fmt.Errorf("--nvml=%q: driver=%q is not a driver version; give one such as 535.261.03", v, val)
@@ -156,25 +224,90 @@ func ParseSpec(v string) (Spec, error) {
 			}
 			s.Driver = val
 		default:
-			return Spec{}, fmt.Errorf("--nvml=%q: unknown option %q; the options are mig=I[+J] and driver=VERSION", v, k)
+			return Spec{}, fmt.Errorf("--nvml=%q: unknown option %q; the options are %s and driver=VERSION", v, k, migSyntax)
 		}
 	}
 	return s, nil
 }
 
+// parseMIG parses the mig= value: entries joined with /, each GPUs joined
+// with + and, after a colon, the profiles of their layout.
+func parseMIG(s Spec, val string) ([]MIGLayout, error) {
+	var out []MIGLayout
+	seen := map[int]bool{}
+	for _, entry := range strings.Split(val, "/") {
+		idx, layout, hasLayout := strings.Cut(entry, ":")
+		var l MIGLayout
+		for _, f := range strings.Split(idx, "+") {
+			i, err := strconv.Atoi(f)
+			if err != nil || i < 0 || i >= s.Count {
+				return nil, fmt.Errorf("mig index %q must be a GPU index from 0 to %d; the syntax is %s", f, s.Count-1, migSyntax)
+			}
+			if seen[i] {
+				return nil, fmt.Errorf("mig= gives GPU %d twice; give each GPU in one entry", i)
+			}
+			seen[i] = true
+			l.GPUs = append(l.GPUs, i)
+		}
+		if hasLayout {
+			for _, f := range splitProfiles(layout) {
+				name, times, multi := strings.Cut(f, "*")
+				k := 1
+				if multi {
+					var err error
+					if k, err = strconv.Atoi(times); err != nil || k < 1 || k > 16 {
+						return nil, fmt.Errorf("mig= GPU %s: %q repeats a profile %q times; give a count from 1 to 16", idx, f, times)
+					}
+				}
+				if name == "" {
+					return nil, fmt.Errorf("mig= GPU %s has an empty profile; the syntax is %s", idx, migSyntax)
+				}
+				for range k {
+					l.Profiles = append(l.Profiles, name)
+				}
+			}
+			if _, _, err := plan(s.Model, l.Profiles); err != nil {
+				return nil, fmt.Errorf("mig= GPU %s: %w", idx, err)
+			}
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// splitProfiles splits a layout at its +s, except the + of a variant's
+// suffix ("1g.10gb+me"): a profile starts with a digit, a suffix with a
+// letter.
+func splitProfiles(layout string) []string {
+	var out []string
+	for _, f := range strings.Split(layout, "+") {
+		if f != "" && (f[0] < '0' || f[0] > '9') && len(out) > 0 {
+			out[len(out)-1] += "+" + f
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 // Models lists the simulated models.
 func Models() []string {
-	return []string{"a100-40gb", "a100-80gb", "a100-pcie-80gb"}
+	return []string{"a100-40gb", "a100-80gb", "a100-pcie-80gb", "h100-80gb", "h200-141gb"}
 }
 
 // UUID is the deterministic UUID of simulated GPU index of a model, the same
 // in every process and for every GPU count, so one ConfigMap value selects
 // the same GPU on a 1-GPU and an 8-GPU simulated node.
 func UUID(model string, index int) string {
-	h := sha256.Sum256([]byte(fmt.Sprintf("nvinject-sim/%s/%d", model, index)))
+	return "GPU-" + uuidShape(fmt.Sprintf("nvinject-sim/%s/%d", model, index))
+}
+
+// uuidShape hashes seed into the shape of a UUID.
+func uuidShape(seed string) string {
+	h := sha256.Sum256([]byte(seed))
 	h[6] = (h[6] & 0x0f) | 0x50 // version 5 shape, so it reads as a UUID
 	h[8] = (h[8] & 0x3f) | 0x80
-	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
 // BusID is simulated GPU index's PCI bus ID, shaped like a DGX A100's.
@@ -200,7 +333,9 @@ type Node struct {
 	faults *faultTable
 }
 
-// New builds the simulated node for spec.
+// New builds the simulated node for spec, creating each GPU's MIG layout
+// through NVML's calls. The spec comes from ParseSpec, which has checked
+// that the layouts fit; New panics on one that does not.
 func New(spec Spec) *Node {
 	cfgs := gpus.Multiple(spec.Count, models[spec.Model])
 	srv := dgxa100.NewWithGPUs(cfgs...)
@@ -213,12 +348,33 @@ func New(spec Spec) *Node {
 		dev.PciBusID = BusID(i)
 		n.wireDevice(dev)
 		n.wireHealthQueries(dev)
-	}
-	for _, m := range spec.MIG {
-		srv.Devices[m].(*server.Device).MigMode = nvml.DEVICE_MIG_ENABLE
+		n.wireMIG(dev)
+		if err := n.applyLayout(dev, i); err != nil {
+			panic(fmt.Sprintf("sim.New(%s): %v; build the Spec with ParseSpec", spec, err))
+		}
 	}
 	srv.EventSetCreateFunc = n.newEventSet
 	return n
+}
+
+// applyLayout turns MIG mode on for a GPU the spec names and creates its
+// instances at the placements plan chose.
+func (n *Node) applyLayout(dev *server.Device, index int) error {
+	names, on := n.spec.layout(index)
+	if !on {
+		return nil
+	}
+	dev.MigMode = nvml.DEVICE_MIG_ENABLE
+	ps, at, err := plan(n.spec.Model, names)
+	if err != nil {
+		return err
+	}
+	for i, p := range ps {
+		if _, _, err := create(dev, index, p, &at[i].at); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Spec returns the simulation's spec.

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,7 +21,8 @@ func discover(t *testing.T, value string) (gpu.Node, *sim.Node, *nvmlinv.Invento
 		t.Fatal(err)
 	}
 	n := sim.New(spec)
-	inv, err := nvmlinv.New(n.NVML(), nvmlinv.WithNodeLookup(n.Nodes()), nvmlinv.WithSimulated(), nvmlinv.WithWaitSlice(20*time.Millisecond))
+	inv, err := nvmlinv.New(n.NVML(), nvmlinv.WithNodeLookup(n.Nodes()), nvmlinv.WithCaps(n.ProcFS(), "the SIMULATED driver's procfs"),
+		nvmlinv.WithSimulated(), nvmlinv.WithWaitSlice(20*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func TestDeterministicNode(t *testing.T) {
 	uuidRE := regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	seen := map[string]bool{}
 	for i, d := range eight.Devices {
-		if d != again.Devices[i] {
+		if !reflect.DeepEqual(d, again.Devices[i]) {
 			t.Errorf("GPU %d differs between two builds: %+v vs %+v", i, d, again.Devices[i])
 		}
 		if !uuidRE.MatchString(d.UUID) || seen[d.UUID] {
