@@ -50,6 +50,12 @@ type Device struct {
 	// compute instance order; empty when MIG mode is off or no instance
 	// exists.
 	MIG []MIGDevice
+	// MIGErr is why the GPU's MIG devices could not be read (an NVML
+	// error, a capability file missing): the GPU is still discovered, so a
+	// broken MIG GPU does not take the node's whole GPUs down; whatever
+	// would serve its slices refuses it with this, and
+	// --mig-strategy=none skips MIG GPUs anyway.
+	MIGErr error
 }
 
 // MIGDevice is one MIG device: a compute instance (CI) inside a GPU

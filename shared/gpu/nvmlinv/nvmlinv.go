@@ -159,11 +159,17 @@ func (i *Inventory) Discover(ctx context.Context) (gpu.Node, error) {
 	}
 	node.ControlNodes = ctl
 	if mig {
-		if node.MIGConfig, err = caps.Node(nvcaps.ConfigFile); err != nil {
-			return gpu.Node{}, fmt.Errorf("MIG config capability: %w", err)
-		}
-		if node.MIGMonitor, err = caps.Node(nvcaps.MonitorFile); err != nil {
-			return gpu.Node{}, fmt.Errorf("MIG monitor capability: %w", err)
+		var cerr, merr error
+		node.MIGConfig, cerr = caps.Node(nvcaps.ConfigFile)
+		node.MIGMonitor, merr = caps.Node(nvcaps.MonitorFile)
+		if err := errors.Join(cerr, merr); err != nil {
+			// Without the node-wide MIG capabilities no slice can be
+			// served: every MIG GPU carries the reason.
+			for k := range node.Devices {
+				if node.Devices[k].MIGEnabled && node.Devices[k].MIGErr == nil {
+					node.Devices[k].MIGErr = fmt.Errorf("MIG config/monitor capability: %w", err)
+				}
+			}
 		}
 	}
 	return node, nil
@@ -224,9 +230,7 @@ func (i *Inventory) device(idx int, h nvml.Device, caps *nvcaps.Reader) (gpu.Dev
 	}
 	d.Node = n
 	if d.MIGEnabled {
-		if d.MIG, err = migDevices(d, h, caps); err != nil {
-			return d, err
-		}
+		d.MIG, d.MIGErr = migDevices(d, h, caps)
 	}
 	return d, nil
 }

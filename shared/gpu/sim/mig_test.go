@@ -341,8 +341,8 @@ func TestWriteProc(t *testing.T) {
 	}
 }
 
-// A MIG GPU whose capability files are missing fails discovery, naming the
-// file.
+// A MIG GPU whose capability files are missing carries an error naming the
+// file; the node's other GPUs are discovered as before.
 func TestMissingCaps(t *testing.T) {
 	spec, err := sim.ParseSpec("sim:a100-80gb*2,mig=1:7g.80gb")
 	if err != nil {
@@ -369,15 +369,23 @@ func TestMissingCaps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = inv.Discover(context.Background())
+		node, err := inv.Discover(context.Background())
+		if err != nil {
+			t.Fatalf("a MIG GPU's missing caps failed the whole discovery: %v", err)
+		}
+		if len(node.Devices) != 2 || node.Devices[0].MIGErr != nil {
+			t.Fatalf("the GPU without MIG is not discovered cleanly beside the broken one: %+v", node.Devices)
+		}
+		err = node.Devices[1].MIGErr
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "a test root") {
-			t.Errorf("error %v does not name %s", err, tc.want)
+			t.Errorf("GPU 1's MIG error %v does not name %s", err, tc.want)
 		}
 	}
 }
 
 // Layout changes while discovery runs are safe: a Discover sees a whole
-// layout or fails on an instance that went away, as on a real node.
+// layout, or the GPU's MIG read fails on an instance that went away, as on
+// a real node.
 func TestLayoutChangeDuringDiscover(t *testing.T) {
 	_, n, inv := discover(t, "sim:a100-80gb*2,mig=0+1")
 	done := make(chan error, 1)
@@ -397,6 +405,9 @@ func TestLayoutChangeDuringDiscover(t *testing.T) {
 	for range 50 {
 		node, err := inv.Discover(context.Background())
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Devices[0].MIGErr; err != nil {
 			if !errors.Is(err, nvml.ERROR_NOT_FOUND) {
 				t.Fatal(err)
 			}
