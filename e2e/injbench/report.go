@@ -94,7 +94,7 @@ func (rep Report) WriteTable(w io.Writer) error {
 	}
 	ci := "95% CI needs at least 10 pairs"
 	if rep.HasCI {
-		ci = fmt.Sprintf("95%% CI %.3f-%.3f (paired bootstrap, %d pairs)", rep.RatioCI[0], rep.RatioCI[1], rep.ContainersEach)
+		ci = fmt.Sprintf("95%% CI %.3f-%.3f, paired bootstrap over %d pairs", rep.RatioCI[0], rep.RatioCI[1], rep.ContainersEach)
 	}
 	fmt.Fprintf(w, "ratio b/a: median %.3f (%s), p90 %.3f; paired median b-a %s\n", rep.RatioMedian, ci, rep.RatioP90, ms(rep.PairedDiff))
 	fmt.Fprintf(w, "not timed: RunPodSandbox median %s (p90 %s), pod stop+remove median %s\n", ms(rep.Sandbox.Median), ms(rep.Sandbox.P90), ms(rep.Remove.Median))
