@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,30 @@ type stamp struct {
 type snapshot struct {
 	devices map[string]*cdi.Device
 	errors  []string
+	// resolved keeps what Resolve computed for a set of names and a user,
+	// for this snapshot only: applying the edits (sorting mounts, stat-ing
+	// device nodes) is most of a container's cost, and the same GPUs are
+	// asked for again and again. A reload starts a new snapshot, so a spec
+	// change is never answered from here.
+	mu       sync.Mutex
+	resolved map[string]Result
+}
+
+// resolvedCap bounds the results a snapshot keeps; the container's user is
+// in the key, and users are the container's to choose.
+const resolvedCap = 256
+
+func resolvedKey(names []string, user oci.User) string {
+	b := make([]byte, 0, 64)
+	for _, n := range names {
+		b = append(append(b, n...), 0)
+	}
+	b = strconv.AppendUint(append(b, 'u'), uint64(user.UID), 10)
+	b = strconv.AppendUint(append(b, 'g'), uint64(user.GID), 10)
+	for _, g := range user.AdditionalGids {
+		b = strconv.AppendUint(append(b, ','), uint64(g), 10)
+	}
+	return string(b)
 }
 
 // Option configures a Resolver.
@@ -282,9 +307,31 @@ func (r *Resolver) Device(name string) (Device, bool) {
 }
 
 // Resolve resolves names; user is the container's process user, which CDI
-// gives device nodes that state no owner.
+// gives device nodes that state no owner. The Result is shared with later
+// calls for the same names and user: callers read it and never change it.
 func (r *Resolver) Resolve(names []string, user oci.User) (Result, error) {
 	s := r.current.Load()
+	key := resolvedKey(names, user)
+	s.mu.Lock()
+	res, ok := s.resolved[key]
+	s.mu.Unlock()
+	if ok {
+		return res, nil
+	}
+	res, err := s.resolve(r.dirs, names, user)
+	if err != nil {
+		return Result{}, err
+	}
+	s.mu.Lock()
+	if s.resolved == nil || len(s.resolved) >= resolvedCap {
+		s.resolved = make(map[string]Result, resolvedCap)
+	}
+	s.resolved[key] = res
+	s.mu.Unlock()
+	return res, nil
+}
+
+func (s *snapshot) resolve(dirs []string, names []string, user oci.User) (Result, error) {
 	res := Result{Spec: &oci.Spec{Process: &oci.Process{User: user}, Linux: &oci.Linux{}}, Devices: make([]Device, 0, len(names))}
 	// The CDI cache's InjectDevices: each spec's common edits once, before
 	// its first device's, all merged, then applied.
@@ -305,7 +352,7 @@ func (r *Resolver) Resolve(names []string, user oci.User) (Result, error) {
 		res.Devices = append(res.Devices, Device{Name: n, Edits: d.ContainerEdits, Annotations: d.Annotations})
 	}
 	if len(unresolved) > 0 {
-		return Result{}, &UnresolvableError{Names: unresolved, Dirs: r.dirs, SpecErrors: s.errors}
+		return Result{}, &UnresolvableError{Names: unresolved, Dirs: dirs, SpecErrors: s.errors}
 	}
 	if err := edits.Apply(res.Spec); err != nil {
 		return Result{}, contract.Bound(fmt.Errorf("apply CDI edits of %s: %w; fix the spec file that defines them", contract.List(names), err))

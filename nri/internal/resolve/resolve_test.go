@@ -201,3 +201,52 @@ func TestDevice(t *testing.T) {
 		t.Error("a name no spec defines was found")
 	}
 }
+
+// Resolve answers a repeated request from the snapshot's results, keyed by
+// names and user, bounded; a spec changed in place is answered anew once
+// reloaded, never from an older snapshot's result.
+func TestResolvedResultsKeptPerSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	writeSpec(t, dir, "a.yaml", "example.com/a", "d0")
+	r, err := New([]string{dir}, WithDebounce(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	names := []string{"example.com/a=d0"}
+	first, err := r.Resolve(names, oci.User{UID: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := r.Resolve(names, oci.User{UID: 1000})
+	if again.Spec != first.Spec {
+		t.Error("the same names and user were resolved again instead of answered from the snapshot")
+	}
+	if other, _ := r.Resolve(names, oci.User{UID: 1000, AdditionalGids: []uint32{5}}); other.Spec == first.Spec {
+		t.Error("another user's request was answered with the first user's result")
+	}
+	for uid := range uint32(3 * resolvedCap) {
+		if _, err := r.Resolve(names, oci.User{UID: uid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := r.current.Load()
+	s.mu.Lock()
+	kept := len(s.resolved)
+	s.mu.Unlock()
+	if kept > resolvedCap {
+		t.Errorf("the snapshot keeps %d results, bound %d", kept, resolvedCap)
+	}
+
+	s0 := "cdiVersion: 0.6.0\nkind: example.com/a\ndevices:\n- name: d0\n  containerEdits:\n    env: [X_d0=2]\n"
+	if err := os.WriteFile(filepath.Join(dir, ".a.tmp"), []byte(s0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, ".a.tmp"), filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "changed spec resolved anew", func() bool {
+		res, err := r.Resolve(names, oci.User{UID: 1000})
+		return err == nil && slices.Contains(res.Spec.Process.Env, "X_d0=2")
+	})
+}
