@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/nvinject/nvinject/nri/internal/audit"
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/config"
 	"github.com/nvinject/nvinject/nri/internal/conn"
@@ -60,7 +61,8 @@ func start(ctx context.Context, args []string, getenv func(string) string, stdou
 }
 
 func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	// The audit writer lives as long as run: cancelled, then waited for.
+	// The audit writers (Events, verdict lines) live as long as run:
+	// cancelled, then waited for.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
@@ -112,6 +114,9 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		m.AuditEnabled(true)
 		opts = append(opts, plugin.WithAuditor(sink))
 	}
+	verdicts := audit.NewLog(log, 1024)
+	wg.Go(func() { verdicts.Run(ctx) })
+	opts = append(opts, plugin.WithVerdictLog(verdicts))
 	h := plugin.NewHandler(col, res, opts...)
 	// With simulated GPUs the simulation's faults wrap the handler and
 	// drive the runner; a real node runs the handler as it is.

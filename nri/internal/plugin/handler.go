@@ -91,6 +91,7 @@ type Handler struct {
 	kubelet   Kubelet
 	metrics   *metrics.Metrics
 	auditor   Auditor
+	verdicts  Auditor
 	handlers  map[string]bool
 	vendor    string
 	class     string
@@ -115,6 +116,11 @@ func WithKubelet(k Kubelet) Option { return func(h *Handler) { h.kubelet = k } }
 
 // WithMetrics sets where outcomes are counted.
 func WithMetrics(m *metrics.Metrics) Option { return func(h *Handler) { h.metrics = m } }
+
+// WithVerdictLog hands each verdict's log line to l (an audit.Log that
+// writes it off the request path); without it the line is written before
+// the answer.
+func WithVerdictLog(l Auditor) Option { return func(h *Handler) { h.verdicts = l } }
 
 // WithAuditor sends the record of each verdict on a GPU container to a,
 // besides the log line.
@@ -235,10 +241,10 @@ func (h *Handler) admitted(pod *api.PodSandbox, ctr *api.Container, rec audit.Re
 func (h *Handler) verdict(pod *api.PodSandbox, ctr *api.Container, rec audit.Record) {
 	rec.Namespace, rec.Pod, rec.PodUID, rec.Container, rec.RuntimeHandler = pod.GetNamespace(), pod.GetName(), pod.GetUid(), ctr.GetName(), pod.GetRuntimeHandler()
 	rec = rec.Bounded()
-	if rec.Admitted {
-		h.log.Info("injected GPUs", rec.LogAttrs()...)
+	if h.verdicts != nil {
+		h.verdicts.Record(rec)
 	} else {
-		h.log.Warn("refused container", rec.LogAttrs()...)
+		audit.NewLog(h.log, 0).Write(rec)
 	}
 	if h.auditor != nil {
 		h.auditor.Record(rec)

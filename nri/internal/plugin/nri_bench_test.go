@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nvinject/nvinject/nri/internal/audit"
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/conn"
 	"github.com/nvinject/nvinject/nri/internal/events"
@@ -27,6 +28,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // noop is the anchor plugin: it answers CreateContainer with a fixed
@@ -49,7 +51,18 @@ func benchHandler(b *testing.B, node nritest.Node, opts ...plugin.Option) *plugi
 	}
 	b.Cleanup(func() { res.Close() })
 	col, _ := collect.New()
-	return plugin.NewHandler(col, res, append([]plugin.Option{plugin.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	// As in production: the JSON logger at info, the verdict lines written
+	// by their own goroutine (main.go's audit.Log).
+	log, err := logging.New(io.Discard, logging.JSON, "info")
+	if err != nil {
+		b.Fatal(err)
+	}
+	verdicts := audit.NewLog(log, 1024)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); verdicts.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	return plugin.NewHandler(col, res, append([]plugin.Option{plugin.WithLogger(log), plugin.WithVerdictLog(verdicts),
 		plugin.WithMetrics(metrics.New(prometheus.NewRegistry()))}, opts...)...)
 }
 
