@@ -1,38 +1,25 @@
 package audit_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nvinject/nvinject/nri/internal/audit"
+	"github.com/nvinject/nvinject/nri/internal/nritest"
 )
 
-type lines struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lines) pods() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+// pods are the pods named by the verdict lines in out, in order.
+func pods(out *nritest.LogBuffer) []string {
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if i := strings.Index(line, `"pod":"`); i >= 0 {
-			out = append(out, strings.SplitN(line[i+7:], `"`, 2)[0])
+			names = append(names, strings.SplitN(line[i+7:], `"`, 2)[0])
 		}
 	}
-	return out
+	return names
 }
 
 // Every verdict line is written: queued ones by Run, those still
@@ -41,7 +28,7 @@ func (l *lines) pods() []string {
 func TestLogLosesNothing(t *testing.T) {
 	for _, size := range []int{0, 1, 64} {
 		t.Run(fmt.Sprint("queue ", size), func(t *testing.T) {
-			var out lines
+			var out nritest.LogBuffer
 			l := audit.NewLog(slog.New(slog.NewJSONHandler(&out, nil)), size)
 			var want []string
 			for i := range 10 {
@@ -54,7 +41,7 @@ func TestLogLosesNothing(t *testing.T) {
 			l.Run(ctx)
 			l.Record(audit.Record{Namespace: "ns", Pod: "late", Admitted: true})
 			want = append(want, "ns/late")
-			got := out.pods()
+			got := pods(&out)
 			if len(got) != len(want) {
 				t.Fatalf("wrote %v, want %v", got, want)
 			}
@@ -73,7 +60,7 @@ func TestLogLosesNothing(t *testing.T) {
 
 // A running Log writes what it is handed while the caller goes on.
 func TestLogWritesWhileRunning(t *testing.T) {
-	var out lines
+	var out nritest.LogBuffer
 	l := audit.NewLog(slog.New(slog.NewJSONHandler(&out, nil)), 8)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -83,10 +70,10 @@ func TestLogWritesWhileRunning(t *testing.T) {
 	}
 	cancel()
 	<-done
-	if got := out.pods(); len(got) != 100 {
+	if got := pods(&out); len(got) != 100 {
 		t.Fatalf("wrote %d verdict lines, want 100", len(got))
 	}
-	if !strings.Contains(out.b.String(), `"msg":"injected GPUs"`) {
+	if !strings.Contains(out.String(), `"msg":"injected GPUs"`) {
 		t.Error("no injected GPUs line")
 	}
 }
