@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +18,24 @@ import (
 
 // This machine has no NVIDIA driver: the real backend must say so and
 // what to check, the seed's first troubleshooting row.
+//
+// It runs in a process of its own: once a test here loaded a driver root's
+// libnvidia-ml.so.1 (and its nvmlInit failed), go-nvml offers no way to
+// unload it, and the dynamic loader then answers the host's
+// libnvidia-ml.so.1 with it by soname.
 func TestRealWithoutDriver(t *testing.T) {
+	if os.Getenv(freshProcess) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRealWithoutDriver$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), freshProcess+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- ") {
+			t.Fatalf("in a fresh process: %v\n%s", err, out)
+		}
+		if strings.Contains(string(out), "--- SKIP") {
+			t.Skip(string(out))
+		}
+		return
+	}
 	_, err := backend.Open(backend.Real, backend.Options{DriverRoot: t.TempDir()})
 	if err == nil {
 		t.Skip("an NVIDIA driver is installed here")
@@ -31,6 +49,9 @@ func TestRealWithoutDriver(t *testing.T) {
 		}
 	}
 }
+
+// freshProcess marks the child process TestRealWithoutDriver runs in.
+const freshProcess = "NVINJECT_BACKEND_TEST_FRESH_PROCESS"
 
 func TestOpenRejects(t *testing.T) {
 	for _, v := range []string{"nvml", "sim:", "sim:a100-80gb*99"} {
