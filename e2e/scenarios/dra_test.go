@@ -23,8 +23,8 @@ import (
 )
 
 // TestDRA moves the node from the device plugin to nvinject-dra by label,
-// runs the DRA scenarios on it, and moves it back, in one ordered run:
-// each step needs the node in the state the previous one left.
+// runs the DRA scenarios on it, and moves it back. Each subtest stands on
+// the DRA node alone and can be run by name.
 func TestDRA(t *testing.T) {
 	d := need(t)
 	failOnKubeletRefusedRegister(t)
@@ -59,20 +59,22 @@ func TestDRA(t *testing.T) {
 		t.Logf("FIGURE switch DRA -> device plugin: nvinject-dra gone %s, allocatable 1 after %s, device plugin Ready and kubelet offering the GPU after %s",
 			sw.OldOwnerGone.Round(time.Millisecond), sw.Allocatable.Round(time.Millisecond), sw.Ready.Round(time.Millisecond))
 	})
-	if !t.Run("switch to DRA", func(t *testing.T) {
-		sw, err := d.SwitchToDRA(ctx, dep, 3*time.Minute)
-		switched, graceFrom = true, time.Now()
-		if err != nil {
-			t.Fatal(err)
-		}
+	// The move is the test's set-up, not a step: every subtest below runs
+	// on the DRA node alone (go test -run 'TestDRA/<name>'), creates what
+	// it needs and deletes its pods.
+	sw, err := d.SwitchToDRA(ctx, dep, 3*time.Minute)
+	switched, graceFrom = true, time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE switch device plugin -> DRA: device plugin gone %s, allocatable nvidia.com/gpu 0 after %s, nvinject-dra Ready with its ResourceSlice after %s; capacity then %d",
+		sw.OldOwnerGone.Round(time.Millisecond), sw.Allocatable.Round(time.Millisecond), sw.Ready.Round(time.Millisecond), sw.Capacity)
+
+	t.Run("the node publishes its GPU through DRA only", func(t *testing.T) {
 		// nvinject-dra's empty device-plugin endpoint replaces the device
 		// plugin's at once, so no stale capacity is left for kubelet's
 		// 5-minute endpoint grace.
-		c0 := time.Now()
 		waitCapacity(t, ctx, 0, time.Minute)
-		t.Logf("FIGURE switch device plugin -> DRA: Node capacity %s 0 %s after Ready (nvinject-dra's empty endpoint)", contract.ResourceName, time.Since(c0).Round(time.Millisecond))
-		t.Logf("FIGURE switch device plugin -> DRA: device plugin gone %s, allocatable nvidia.com/gpu 0 after %s, nvinject-dra Ready with its ResourceSlice after %s; capacity then %d",
-			sw.OldOwnerGone.Round(time.Millisecond), sw.Allocatable.Round(time.Millisecond), sw.Ready.Round(time.Millisecond), sw.Capacity)
 		s, err := d.ResourceSlice(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -81,9 +83,7 @@ func TestDRA(t *testing.T) {
 		if _, err := d.Kube().Client.ResourceV1().DeviceClasses().Get(ctx, contract.DRADriver, metav1.GetOptions{}); err != nil {
 			t.Fatalf("DeviceClass %s: %v", contract.DRADriver, err)
 		}
-	}) {
-		return
-	}
+	})
 
 	t.Run("seed vLLM Deployment unchanged", func(t *testing.T) {
 		t0 := time.Now()
