@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nvinject/nvinject/doctor/evidence"
-	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -205,13 +204,9 @@ func claimOf(rc *resourceapi.ResourceClaim, pools map[string]bool) evidence.Clai
 
 func collectDRAMetrics(ctx context.Context, o Options, pod evidence.DaemonEvidence) evidence.DRAMetricsEvidence {
 	ev := evidence.DRAMetricsEvidence{URL: metricsURL(o.DRAMetrics, pod)}
-	if ev.URL == "" {
-		ev.Unread = noMetricsURL("dra-metrics", pod)
-		return ev
-	}
-	f, err := promtext.Fetch(ctx, o.HTTPClient, ev.URL)
-	if err != nil {
-		ev.Unread = err.Error()
+	f, unread := fetchMetrics(ctx, o, ev.URL, "dra-metrics", pod)
+	if unread != "" {
+		ev.Unread = unread
 		return ev
 	}
 	ev.Registered = f.Sum(contract.MetricDRARegistered)

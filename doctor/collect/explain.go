@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nvinject/nvinject/doctor/evidence"
-	"github.com/nvinject/nvinject/doctor/promtext"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -160,13 +159,9 @@ func auditRecords(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) ([
 func explainNRI(ctx context.Context, c kubernetes.Interface, o Options, node string) evidence.ExplainNRI {
 	ev := evidence.ExplainNRI{Pod: collectDaemon(ctx, c, o.DaemonNamespace, contract.NRIApp, node, contract.NRIMetricsPort)}
 	ev.MetricsURL = metricsURL(o.NRIMetrics, ev.Pod)
-	if ev.MetricsURL == "" {
-		ev.MetricsUnread = noMetricsURL("nri-metrics", ev.Pod)
-		return ev
-	}
-	f, err := promtext.Fetch(ctx, o.HTTPClient, ev.MetricsURL)
-	if err != nil {
-		ev.MetricsUnread = err.Error()
+	f, unread := fetchMetrics(ctx, o, ev.MetricsURL, "nri-metrics", ev.Pod)
+	if unread != "" {
+		ev.MetricsUnread = unread
 		return ev
 	}
 	ev.AuditEnabled = f.Sum(contract.MetricNRIAuditEnabled)

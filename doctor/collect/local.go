@@ -54,20 +54,24 @@ func collectKubeletDir(dir string) evidence.KubeletDirEvidence {
 	return ev
 }
 
-// noMetricsURL says why a daemon's metrics have no URL.
-func noMetricsURL(flagName string, d evidence.DaemonEvidence) string {
-	return fmt.Sprintf("no metrics URL (pass --%s, or let the doctor find the pod through the API server): %s", flagName, d.Describe())
+// fetchMetrics reads a daemon's metrics at url, or says why not: no URL
+// (the flag to pass), or the fetch's error.
+func fetchMetrics(ctx context.Context, o Options, url, flagName string, d evidence.DaemonEvidence) (promtext.Families, string) {
+	if url == "" {
+		return nil, fmt.Sprintf("no metrics URL (pass --%s, or let the doctor find the pod through the API server): %s", flagName, d.Describe())
+	}
+	f, err := promtext.Fetch(ctx, o.HTTPClient, url)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return f, ""
 }
 
 func collectPlugin(ctx context.Context, o Options, pod evidence.DaemonEvidence) evidence.PluginEvidence {
 	ev := evidence.PluginEvidence{URL: o.DevicePluginMetrics}
-	if ev.URL == "" {
-		ev.Unread = noMetricsURL("device-plugin-metrics", pod)
-		return ev
-	}
-	f, err := promtext.Fetch(ctx, o.HTTPClient, o.DevicePluginMetrics)
-	if err != nil {
-		ev.Unread = err.Error()
+	f, unread := fetchMetrics(ctx, o, ev.URL, "device-plugin-metrics", pod)
+	if unread != "" {
+		ev.Unread = unread
 		return ev
 	}
 	// Labelled counters appear only after their first increment, so on a
@@ -126,13 +130,9 @@ func orZero(p *float64) *float64 {
 
 func collectNRIMetrics(ctx context.Context, o Options, pod evidence.DaemonEvidence, ev *evidence.NRIEvidence) {
 	ev.URL = o.NRIMetrics
-	if ev.URL == "" {
-		ev.MetricsUnread = noMetricsURL("nri-metrics", pod)
-		return
-	}
-	f, err := promtext.Fetch(ctx, o.HTTPClient, o.NRIMetrics)
-	if err != nil {
-		ev.MetricsUnread = err.Error()
+	f, unread := fetchMetrics(ctx, o, ev.URL, "nri-metrics", pod)
+	if unread != "" {
+		ev.MetricsUnread = unread
 		return
 	}
 	ev.Connected = f.Sum(contract.MetricNRIConnected)
