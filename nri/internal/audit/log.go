@@ -37,11 +37,14 @@ func (l *Log) Record(rec Record) {
 }
 
 // Write logs rec's line now.
-func (l *Log) Write(rec Record) {
+func (l *Log) Write(rec Record) { WriteLine(l.log, rec) }
+
+// WriteLine logs rec as the verdict's one line on log.
+func WriteLine(log *slog.Logger, rec Record) {
 	if rec.Admitted {
-		l.log.Info("injected GPUs", rec.LogAttrs()...)
+		log.Info("injected GPUs", rec.LogAttrs()...)
 	} else {
-		l.log.Warn("refused container", rec.LogAttrs()...)
+		log.Warn("refused container", rec.LogAttrs()...)
 	}
 }
 

@@ -244,7 +244,7 @@ func (h *Handler) verdict(pod *api.PodSandbox, ctr *api.Container, rec audit.Rec
 	if h.verdicts != nil {
 		h.verdicts.Record(rec)
 	} else {
-		audit.NewLog(h.log, 0).Write(rec)
+		audit.WriteLine(h.log, rec)
 	}
 	if h.auditor != nil {
 		h.auditor.Record(rec)
