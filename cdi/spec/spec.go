@@ -24,6 +24,18 @@ import (
 // UUIDEnv returns the env key naming the UUID of the GPU with minor.
 func UUIDEnv(minor int) string { return contract.EnvUUIDPrefix + strconv.Itoa(minor) }
 
+// MIGUUIDEnv returns the env key naming the UUID of the MIG device whose
+// compute instance access node has ciMinor.
+func MIGUUIDEnv(ciMinor int64) string {
+	return contract.EnvMIGUUIDPrefix + strconv.FormatInt(ciMinor, 10)
+}
+
+// MIGIndexName is a MIG device's name under --device-name-strategy=index:
+// NVIDIA's <gpu index>:<MIG device index on the GPU>.
+func MIGIndexName(gpuIndex, migIndex int) string {
+	return strconv.Itoa(gpuIndex) + ":" + strconv.Itoa(migIndex)
+}
+
 // NameStrategy says how GPU devices are named in the spec.
 type NameStrategy string
 
@@ -115,7 +127,9 @@ func (g *Generator) QualifiedName(name string) string {
 }
 
 // Generate builds and validates the spec for devs, which must be among
-// node's devices.
+// node's devices: a device per whole GPU, and for a GPU with MIG mode on a
+// device per MIG device instead (named by its MIG UUID: the parent's node
+// and the GI's and CI's access nodes), never the MIG GPU whole.
 func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("no GPUs to put in the CDI spec; check the GPU selection (NVIDIA_VISIBLE_DEVICES)")
@@ -145,6 +159,23 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 			return nil, fmt.Errorf("GPU %s is listed twice; list each GPU once", d.UUID)
 		}
 		seen[d.UUID] = true
+		if d.MIGEnabled {
+			if d.MIGErr != nil {
+				return nil, fmt.Errorf("GPU %d (%s) has MIG mode on but its MIG devices cannot be read: %w", d.Index, d.UUID, d.MIGErr)
+			}
+			for i, m := range d.MIG {
+				if m.CIAccess.Path == "" || m.GIAccess.Path == "" {
+					return nil, fmt.Errorf("MIG device %s on GPU %d has no /dev/nvidia-caps access nodes; check /proc/driver/nvidia/capabilities/gpu%d/mig", m.UUID, d.Index, d.Minor)
+				}
+				edits := migEdits(m)
+				ann := map[string]string{contract.GPUIndexAnnotation: strconv.Itoa(d.Index), contract.MIGParentAnnotation: d.UUID, contract.MIGProfileAnnotation: m.Profile}
+				s.Devices = append(s.Devices, specs.Device{Name: m.UUID, Annotations: ann, ContainerEdits: edits})
+				if g.names == NameIndex {
+					s.Devices = append(s.Devices, specs.Device{Name: MIGIndexName(d.Index, i), Annotations: ann, ContainerEdits: edits})
+				}
+			}
+			continue
+		}
 		edits := g.deviceEdits(d)
 		ann := map[string]string{contract.GPUIndexAnnotation: strconv.Itoa(d.Index)}
 		s.Devices = append(s.Devices, specs.Device{Name: d.UUID, Annotations: ann, ContainerEdits: edits})
@@ -153,8 +184,22 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 		}
 	}
 	var all specs.ContainerEdits
+	parents := map[string]bool{}
 	for _, d := range devs {
-		e := g.deviceEdits(d)
+		var e specs.ContainerEdits
+		if !d.MIGEnabled {
+			e = g.deviceEdits(d)
+		}
+		for _, m := range d.MIG {
+			me := migEdits(m)
+			// The parent's node once, however many of its MIG devices.
+			if parents[m.Parent.Path] {
+				me.DeviceNodes = me.DeviceNodes[1:]
+			}
+			parents[m.Parent.Path] = true
+			e.DeviceNodes = append(e.DeviceNodes, me.DeviceNodes...)
+			e.Env = append(e.Env, me.Env...)
+		}
 		all.DeviceNodes = append(all.DeviceNodes, e.DeviceNodes...)
 		all.Env = append(all.Env, e.Env...)
 	}
@@ -173,6 +218,15 @@ func (g *Generator) deviceEdits(d gpu.Device) specs.ContainerEdits {
 	return specs.ContainerEdits{
 		DeviceNodes: []*specs.DeviceNode{node(d.Node)},
 		Env:         []string{UUIDEnv(d.Minor) + "=" + d.UUID},
+	}
+}
+
+// migEdits give one MIG device: its parent's /dev/nvidiaN first, then the
+// GI's and the CI's access nodes, and the env naming its UUID by the CI's.
+func migEdits(m gpu.MIGDevice) specs.ContainerEdits {
+	return specs.ContainerEdits{
+		DeviceNodes: []*specs.DeviceNode{node(m.Parent), node(m.GIAccess), node(m.CIAccess)},
+		Env:         []string{MIGUUIDEnv(m.CIAccess.Minor) + "=" + m.UUID},
 	}
 }
 

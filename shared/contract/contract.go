@@ -5,6 +5,8 @@
 // none of them re-types these values.
 package contract
 
+import "strings"
+
 // CDI kind of nvinject's GPU devices (vendor/class), the default of every
 // program's --cdi-vendor and --cdi-class.
 const (
@@ -72,6 +74,10 @@ const (
 	// GPUIndexAnnotation on a CDI device is the GPU's index, so kubelet's
 	// index device IDs map to UUIDs.
 	GPUIndexAnnotation = "nvinject.io/gpu-index"
+	// MIGParentAnnotation and MIGProfileAnnotation on a MIG device's CDI
+	// device are its parent GPU's UUID and its profile (1g.10gb).
+	MIGParentAnnotation  = "nvinject.io/mig-parent"
+	MIGProfileAnnotation = "nvinject.io/mig-profile"
 	// DriverVersionAnnotation on a CDI spec is the driver it was made from.
 	DriverVersionAnnotation = "nvinject.io/driver-version"
 	// SimulatedAnnotation marks a CDI spec made from a SIMULATED GPU.
@@ -82,12 +88,31 @@ const (
 const (
 	// EnvUUIDPrefix + <minor> = <uuid>, one per injected GPU.
 	EnvUUIDPrefix = "NVINJECT_GPU_UUID_"
+	// EnvMIGUUIDPrefix + <minor> = <MIG uuid>, one per injected MIG device:
+	// minor is that of the device's compute instance access node
+	// (/dev/nvidia-caps/nvidia-cap<minor>), unique on the node; its parent's
+	// /dev/nvidiaN comes with it and is named by no EnvUUIDPrefix variable.
+	EnvMIGUUIDPrefix = "NVINJECT_MIG_UUID_"
 	// EnvSimulated=1 marks a container given a SIMULATED GPU.
 	EnvSimulated = "NVINJECT_SIMULATED"
 	// EnvVisibleDevices is NVIDIA's selection variable; the spec sets it to
 	// "void" so an installed NVIDIA runtime hook does not inject again.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
 )
+
+// CapsDir holds the driver's MIG capability nodes (nvidia-cap<minor>).
+const CapsDir = "/dev/nvidia-caps"
+
+// MIGResourceName is the extended resource MIG devices of profile are
+// published as under --mig-strategy=mixed, in the domain of the whole GPUs'
+// resource: nvidia.com/gpu gives nvidia.com/mig-1g.10gb, NVIDIA's names.
+func MIGResourceName(gpuResource, profile string) string {
+	domain, _, ok := strings.Cut(gpuResource, "/")
+	if !ok {
+		domain = CDIVendor
+	}
+	return domain + "/mig-" + profile
+}
 
 // containerd plugin IDs in config.toml (version 3).
 const (

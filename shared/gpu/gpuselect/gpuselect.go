@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
@@ -57,25 +58,39 @@ func Parse(v string) (Selector, error) {
 			return Selector{}, fmt.Errorf("GPU selection %q: %q is neither an index nor a GPU UUID (GPU-...); list UUIDs with nvidia-smi -L", v, f)
 		}
 		if strings.HasPrefix(f, "MIG-") {
-			return Selector{}, fmt.Errorf("GPU selection %q: %q is a MIG device, but MIG_STRATEGY=none publishes whole GPUs only; select the parent GPU's UUID", v, f)
+			return Selector{}, fmt.Errorf("GPU selection %q: %q is a MIG device; select its parent GPU's UUID (nvidia-smi -L lists it above its MIG devices), and MIG_STRATEGY=single or mixed publishes the parent's MIG devices", v, f)
 		}
 		s.UUIDs = append(s.UUIDs, f)
 	}
 	return s, nil
 }
 
-// MIGStrategy says how MIG-enabled GPUs are treated.
+// MIGStrategy says how MIG-enabled GPUs are treated, with NVIDIA's device
+// plugin's meanings.
 type MIGStrategy string
 
-// MIGNone publishes whole GPUs and skips any GPU with MIG mode on.
-const MIGNone MIGStrategy = "none"
+// MIG strategies.
+const (
+	// MIGNone publishes whole GPUs and skips any GPU with MIG mode on.
+	MIGNone MIGStrategy = "none"
+	// MIGSingle publishes the MIG devices of MIG GPUs under the whole GPUs'
+	// resource: every selected GPU has MIG mode on and every MIG device one
+	// profile; with MIG off on all of them it is MIGNone.
+	MIGSingle MIGStrategy = "single"
+	// MIGMixed publishes whole GPUs under their resource and each MIG
+	// profile under a resource of its own (nvidia.com/mig-1g.10gb).
+	MIGMixed MIGStrategy = "mixed"
+)
 
-// ParseMIGStrategy accepts the strategies nvinject implements.
+// ParseMIGStrategy reads a --mig-strategy (MIG_STRATEGY) value.
 func ParseMIGStrategy(v string) (MIGStrategy, error) {
-	if v == "" || v == string(MIGNone) {
+	switch MIGStrategy(v) {
+	case "":
 		return MIGNone, nil
+	case MIGNone, MIGSingle, MIGMixed:
+		return MIGStrategy(v), nil
 	}
-	return "", fmt.Errorf("MIG_STRATEGY=%q is not supported: nvinject publishes whole GPUs only; set MIG_STRATEGY=none", v)
+	return "", fmt.Errorf("MIG_STRATEGY=%s is not valid; use none (whole GPUs), single (MIG devices of one profile as the GPU resource) or mixed (a resource per MIG profile)", contract.Quote(v))
 }
 
 // Skipped is a GPU that the selection matched but that is not published.
@@ -86,7 +101,10 @@ type Skipped struct {
 
 // Select returns the devices to publish, in index order, and those it left
 // out with the reason. Naming a GPU that is absent or unusable is an error.
-func Select(devs []gpu.Device, s Selector, _ MIGStrategy) ([]gpu.Device, []Skipped, error) {
+// Under single and mixed a MIG GPU is selected with its MIG devices (it
+// publishes them, never itself); one whose MIG devices could not be read
+// (MIGErr) is left out, or an error when named.
+func Select(devs []gpu.Device, s Selector, mig MIGStrategy) ([]gpu.Device, []Skipped, error) {
 	if s.None {
 		return nil, nil, nil
 	}
@@ -124,8 +142,16 @@ func Select(devs []gpu.Device, s Selector, _ MIGStrategy) ([]gpu.Device, []Skipp
 		if !want[i] {
 			continue
 		}
-		if d.MIGEnabled {
-			reason := fmt.Sprintf("GPU %d (%s) has MIG mode on and MIG_STRATEGY=none publishes whole GPUs only; disable MIG with `nvidia-smi -i %d -mig 0` (and reset the GPU) to publish it", d.Index, d.UUID, d.Index)
+		if d.MIGEnabled && mig != MIGNone && d.MIGErr != nil {
+			reason := fmt.Sprintf("GPU %d (%s) has MIG mode on but its MIG devices cannot be read: %v; check the driver's /proc/driver/nvidia/capabilities and nvidia-smi mig -lgi", d.Index, d.UUID, d.MIGErr)
+			if !s.All {
+				return nil, nil, errors.New(reason)
+			}
+			skipped = append(skipped, Skipped{Device: d, Reason: reason})
+			continue
+		}
+		if d.MIGEnabled && mig == MIGNone {
+			reason := fmt.Sprintf("GPU %d (%s) has MIG mode on and MIG_STRATEGY=none publishes whole GPUs only; set MIG_STRATEGY=single or mixed to publish its MIG devices, or disable MIG with `nvidia-smi -i %d -mig 0` (and reset the GPU) to publish it whole", d.Index, d.UUID, d.Index)
 			if !s.All {
 				return nil, nil, errors.New(reason)
 			}

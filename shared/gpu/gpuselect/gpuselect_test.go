@@ -41,7 +41,7 @@ func TestSelect(t *testing.T) {
 		{name: "duplicate uuid", value: "GPU-00000001,GPU-00000001", devs: devs(2), parseErr: "twice"},
 		{name: "uuid and its index", value: "GPU-00000001,1", devs: devs(2), selErr: "selected twice"},
 		{name: "negative index", value: "-1", devs: devs(2), parseErr: "negative"},
-		{name: "MIG device", value: "MIG-abc", devs: devs(2), parseErr: "MIG_STRATEGY=none"},
+		{name: "MIG device", value: "MIG-abc", devs: devs(2), parseErr: "select its parent"},
 		{name: "unknown uuid lists present", value: "GPU-99999999", devs: devs(2), selErr: "GPU-00000000, 1=GPU-00000001"},
 		{name: "index out of range", value: "4", devs: devs(2), selErr: "index 4 is not on this node"},
 		{name: "all skips MIG", value: "all", devs: devs(3, 1), want: []int{0, 2}, skipped: 1},
@@ -96,9 +96,14 @@ func TestMIGStrategy(t *testing.T) {
 	if s, err := ParseMIGStrategy(""); err != nil || s != MIGNone {
 		t.Errorf("default: %v %v", s, err)
 	}
-	for _, v := range []string{"single", "mixed"} {
-		if _, err := ParseMIGStrategy(v); err == nil || !strings.Contains(err.Error(), "MIG_STRATEGY=none") {
-			t.Errorf("%s: %v", v, err)
+	for _, v := range []string{"none", "single", "mixed"} {
+		if s, err := ParseMIGStrategy(v); err != nil || string(s) != v {
+			t.Errorf("%s: %v %v", v, s, err)
+		}
+	}
+	for _, v := range []string{"Mixed", "all", " single"} {
+		if _, err := ParseMIGStrategy(v); err == nil || !strings.Contains(err.Error(), "use none") {
+			t.Errorf("%q: %v", v, err)
 		}
 	}
 }

@@ -1,0 +1,88 @@
+package spec_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// A MIG device resolves, through the CDI library as containerd resolves
+// it, to its parent's node and its own two access nodes, with its UUID in
+// the env; no other slice's node, no other GPU, no MIG GPU whole.
+func TestMIGDeviceThroughCDICache(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb*3,mig=1:3g.40gb+1g.10gb*2")
+	g := spec.New(spec.WithDriverRoot(root), spec.WithNameStrategy(spec.NameIndex))
+	s, err := g.Generate(node, node.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range s.Devices {
+		names = append(names, d.Name)
+	}
+	parent := node.Devices[1]
+	if len(parent.MIG) != 3 {
+		t.Fatalf("GPU 1 has %d MIG devices, want 3", len(parent.MIG))
+	}
+	if slices.Contains(names, parent.UUID) || slices.Contains(names, "1") {
+		t.Errorf("the MIG GPU is in the spec whole: %v", names)
+	}
+	for i, m := range parent.MIG {
+		if !slices.Contains(names, m.UUID) || !slices.Contains(names, spec.MIGIndexName(1, i)) {
+			t.Errorf("spec lacks MIG device %s (%s): %v", m.UUID, spec.MIGIndexName(1, i), names)
+		}
+	}
+	dir := t.TempDir()
+	if _, _, err := spec.Write(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := parent.MIG[2]
+	ociSpec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if unresolved, err := cache.InjectDevices(ociSpec, g.QualifiedName(want.UUID)); err != nil || len(unresolved) > 0 {
+		t.Fatalf("inject: %v, unresolved %v", err, unresolved)
+	}
+	var got []string
+	for _, d := range ociSpec.Linux.Devices {
+		if strings.HasPrefix(d.Path, contract.CapsDir) || d.Path == "/dev/nvidia1" || d.Path == "/dev/nvidia0" || d.Path == "/dev/nvidia2" {
+			got = append(got, d.Path)
+		}
+	}
+	if wantNodes := []string{"/dev/nvidia1", want.GIAccess.Path, want.CIAccess.Path}; !slices.Equal(got, wantNodes) {
+		t.Errorf("GPU and caps nodes = %v, want %v", got, wantNodes)
+	}
+	if want.GIAccess.Path == parent.MIG[1].GIAccess.Path || want.CIAccess.Minor == parent.MIG[1].CIAccess.Minor {
+		t.Errorf("two MIG devices share an access node: %+v %+v", want, parent.MIG[1])
+	}
+	var uuidEnv []string
+	for _, e := range ociSpec.Process.Env {
+		if strings.HasPrefix(e, contract.EnvUUIDPrefix) || strings.HasPrefix(e, contract.EnvMIGUUIDPrefix) {
+			uuidEnv = append(uuidEnv, e)
+		}
+	}
+	if w := spec.MIGUUIDEnv(want.CIAccess.Minor) + "=" + want.UUID; !slices.Equal(uuidEnv, []string{w}) {
+		t.Errorf("UUID env = %v, want [%s]", uuidEnv, w)
+	}
+	for _, d := range s.Devices {
+		if d.Name == want.UUID && (d.Annotations[contract.MIGParentAnnotation] != parent.UUID || d.Annotations[contract.MIGProfileAnnotation] != want.Profile) {
+			t.Errorf("MIG device annotations %v", d.Annotations)
+		}
+	}
+}
+
+func TestMIGDeviceWithoutCaps(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb,mig=0:1g.10gb")
+	node.Devices[0].MIG[0].CIAccess.Path = ""
+	if _, err := spec.New(spec.WithDriverRoot(root)).Generate(node, node.Devices); err == nil || !strings.Contains(err.Error(), "/proc/driver/nvidia/capabilities/gpu0/mig") {
+		t.Errorf("MIG device without access nodes: %v", err)
+	}
+}
