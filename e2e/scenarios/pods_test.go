@@ -26,7 +26,10 @@ const ns = "default"
 
 // podSpec says how a test pod differs from a plain busybox pod.
 type podSpec struct {
-	gpu          bool // limits nvidia.com/gpu: 1
+	gpu bool // limits nvidia.com/gpu: 1
+	// resource, when set, is the extended resource limited to 1 instead
+	// (nvidia.com/mig-1g.10gb).
+	resource     string
 	runtimeClass bool // runtimeClassName: nvidia
 	privileged   bool // securityContext.privileged: true
 	// seed: no required-plugins annotation, as the seed writes its pods;
@@ -62,7 +65,11 @@ func createPod(t testing.TB, ctx context.Context, name string, s podSpec) {
 		},
 	}
 	if s.gpu {
-		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{simnode.Resource: resource.MustParse("1")}
+		res := simnode.Resource
+		if s.resource != "" {
+			res = s.resource
+		}
+		pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(res): resource.MustParse("1")}
 	}
 	if s.runtimeClass {
 		rc := contract.RuntimeHandler
@@ -128,8 +135,10 @@ func mayHoldGPU(p *corev1.Pod) bool {
 		return true
 	}
 	for _, c := range p.Spec.Containers {
-		if _, ok := c.Resources.Limits[simnode.Resource]; ok {
-			return true
+		for res := range c.Resources.Limits {
+			if strings.HasPrefix(string(res), "nvidia.com/") {
+				return true
+			}
 		}
 	}
 	return false

@@ -14,11 +14,27 @@ import (
 type GPUs struct {
 	// NVML is the simulated node, sim:a100-80gb or sim:a100-80gb*N.
 	NVML string
-	// Selected is the index (host nvidia-smi) of the one GPU published.
+	// Selected is the index (host nvidia-smi) of the one GPU published
+	// (with All, the GPU whose health WaitReady checks).
 	Selected int
+	// All publishes every GPU: the ConfigMap's selection is "all".
+	All bool
 	// IDStrategy is the device plugin's DEVICE_ID_STRATEGY: "" keeps the
 	// overlay's uuid, "index" makes kubelet see GPU indices.
 	IDStrategy string
+	// MIGStrategy is the device plugin's MIG_STRATEGY: "" keeps none.
+	MIGStrategy string
+	// Expect is what the Node must publish, by resource, once Ready
+	// (default: one nvidia.com/gpu).
+	Expect map[string]int64
+}
+
+// expected is what g's Node publishes once Ready.
+func (g GPUs) expected() map[string]int64 {
+	if g.Expect != nil {
+		return g.Expect
+	}
+	return map[string]int64{Resource: 1}
 }
 
 // Deployment is what Deploy installed.
@@ -48,7 +64,11 @@ func (d *Deployer) Deploy(ctx context.Context, g GPUs) (Deployment, error) {
 	if g.Selected < 0 || g.Selected >= len(gpus) {
 		return Deployment{}, fmt.Errorf("select GPU %d: the simulated host (%s) has %d GPUs", g.Selected, g.NVML, len(gpus))
 	}
-	if err := d.node.SetHostDevices(HostDevices(len(gpus))); err != nil {
+	caps, err := MIGHostDevices(ctx, g.NVML)
+	if err != nil {
+		return Deployment{}, err
+	}
+	if err := d.node.SetHostDevices(append(HostDevices(len(gpus)), caps...)); err != nil {
 		return Deployment{}, fmt.Errorf("give the host the device nodes of %d simulated GPUs: %w", len(gpus), err)
 	}
 	dep := Deployment{GPUs: g, UUID: gpus[g.Selected].UUID, DeviceID: gpus[g.Selected].UUID, Kustomization: filepath.Join(d.node.RunDir(), "deploy", "nvinject")}
@@ -135,7 +155,7 @@ patches:
 `, d.node.Name(), d.node.RunDir(), base,
 		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(), d.node.PodResourcesDir(),
 		NRIPlugin, Namespace, apiHost, strconv.Itoa(apiPort), filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
-		DevicePlugin, Namespace, dep.UUID)
+		DevicePlugin, Namespace, dep.selection())
 	if dep.NVML != DefaultNVML {
 		// Both daemons read the same simulated inventory; the test ops fail the
 		// build if local-sim's argument order changes.
@@ -148,6 +168,20 @@ patches:
       - {op: test, path: /spec/template/spec/containers/0/args/8, value: --nvml=%s}
       - {op: replace, path: /spec/template/spec/containers/0/args/8, value: --nvml=%s}
 `, DevicePlugin, DefaultNVML, dep.NVML, NRIPlugin, DefaultNVML, dep.NVML)
+	}
+	if dep.MIGStrategy != "" {
+		fmt.Fprintf(&b, `  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: %s, namespace: %s}
+      spec:
+        template:
+          spec:
+            containers:
+              - name: device-plugin
+                env:
+                  - {name: MIG_STRATEGY, value: %s}
+`, DevicePlugin, Namespace, dep.MIGStrategy)
 	}
 	if dep.IDStrategy == "index" {
 		fmt.Fprintf(&b, `  - patch: |-
@@ -171,6 +205,14 @@ patches:
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// selection is the ConfigMap's selected-gpu-uuid.
+func (dep Deployment) selection() string {
+	if dep.All {
+		return "all"
+	}
+	return dep.UUID
 }
 
 // StateDir is the device plugin's --state-dir (its health checkpoint) on

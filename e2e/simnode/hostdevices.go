@@ -1,11 +1,14 @@
 package simnode
 
 import (
+	"context"
 	"fmt"
+	"slices"
 
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
 	"github.com/nvinject/nvinject/e2e/nvctk"
 	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/gpu/backend"
 )
 
 // HostDevices are the device nodes a host with gpus NVIDIA GPUs and the
@@ -26,4 +29,45 @@ func HostDevices(gpus int) []hostclean.CharDevice {
 		devs = append(devs, hostclean.CharDevice{Path: fmt.Sprintf("/dev/nvidia%d", i), Major: gpu.NVIDIAMajor, Minor: uint32(i)})
 	}
 	return devs
+}
+
+// MIGHostDevices are the /dev/nvidia-caps nodes a host with the simulated
+// node nvml has: MIG's config and monitor nodes and each MIG device's GI
+// and CI access nodes, as the simulated NVML's discovery names them (the
+// numbers the CDI spec writes out). None without a MIG GPU.
+func MIGHostDevices(ctx context.Context, nvml string) ([]hostclean.CharDevice, error) {
+	node, err := SimulatedGPUs(ctx, nvml)
+	if err != nil {
+		return nil, err
+	}
+	var devs []hostclean.CharDevice
+	add := func(n gpu.DeviceNode) {
+		if n.Path != "" && !slices.ContainsFunc(devs, func(d hostclean.CharDevice) bool { return d.Path == n.Path }) {
+			devs = append(devs, hostclean.CharDevice{Path: n.Path, Major: uint32(n.Major), Minor: uint32(n.Minor)})
+		}
+	}
+	add(node.MIGConfig)
+	add(node.MIGMonitor)
+	for _, d := range node.Devices {
+		for _, m := range d.MIG {
+			add(m.GIAccess)
+			add(m.CIAccess)
+		}
+	}
+	return devs, nil
+}
+
+// SimulatedGPUs is what the daemons' simulated NVML discovers for nvml: the
+// same deterministic UUIDs, MIG devices and access nodes.
+func SimulatedGPUs(ctx context.Context, nvml string) (gpu.Node, error) {
+	b, err := backend.Open(nvml, backend.Options{})
+	if err != nil {
+		return gpu.Node{}, fmt.Errorf("open the SIMULATED node %s: %w", nvml, err)
+	}
+	defer b.Close()
+	node, err := b.Discover(ctx)
+	if err != nil {
+		return gpu.Node{}, fmt.Errorf("discover the SIMULATED node %s: %w", nvml, err)
+	}
+	return node, nil
 }

@@ -21,8 +21,9 @@ const (
 )
 
 // WaitReady waits until both DaemonSets have rolled out and are Ready, the
-// device plugin reports dep's GPU healthy, the Node publishes exactly one GPU
-// and kubelet's device manager offers its device ID.
+// device plugin reports dep's GPU healthy, the Node publishes what dep
+// expects (one GPU by default) and kubelet's device manager offers its
+// device ID when it publishes one GPU.
 func (d *Deployer) WaitReady(ctx context.Context, dep Deployment, timeout time.Duration) error {
 	uuid := dep.UUID
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -40,16 +41,19 @@ func (d *Deployer) WaitReady(ctx context.Context, dep Deployment, timeout time.D
 		if !strings.Contains(m, `uuid="`+uuid+`"} 1`) {
 			return fmt.Errorf("device plugin metrics do not report %s healthy", uuid)
 		}
-		capacity, allocatable, err := d.NodeGPUs(ctx)
+		n, err := d.kube.Client.CoreV1().Nodes().Get(ctx, d.node.Name(), metav1.GetOptions{})
 		if err != nil {
-			return err
+			return fmt.Errorf("get node %s: %w", d.node.Name(), err)
 		}
-		if capacity != 1 || allocatable != 1 {
-			return fmt.Errorf("node %s: %s capacity %d allocatable %d, want 1 and 1", d.node.Name(), Resource, capacity, allocatable)
+		for res, want := range dep.expected() {
+			c, a := n.Status.Capacity[corev1.ResourceName(res)], n.Status.Allocatable[corev1.ResourceName(res)]
+			if c.Value() != want || a.Value() != want {
+				return fmt.Errorf("node %s: %s capacity %d allocatable %d, want %d and %d", d.node.Name(), res, c.Value(), a.Value(), want, want)
+			}
 		}
 		return nil
 	})
-	if err == nil {
+	if err == nil && dep.expected()[Resource] == 1 {
 		err = d.WaitKubeletAllocatable(ctx, dep.DeviceID, timeout)
 	}
 	if err != nil {

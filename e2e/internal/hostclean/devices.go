@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -27,15 +28,38 @@ func EnsureDevices(record string, want []CharDevice) error {
 	if err != nil {
 		return err
 	}
-	var keep []string
+	var keep, dirs []string
 	for _, p := range created {
+		if dir, ok := strings.CutSuffix(p, "/"); ok {
+			dirs = append(dirs, dir)
+			continue
+		}
 		if slices.ContainsFunc(want, func(d CharDevice) bool { return d.Path == p }) {
 			keep = append(keep, p)
 		} else if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove device node %s this harness created: %w", p, err)
 		}
 	}
+	// A directory it made (/dev/nvidia-caps) goes once no wanted node is in it.
+	for _, dir := range dirs {
+		if slices.ContainsFunc(want, func(d CharDevice) bool { return filepath.Dir(d.Path) == dir }) {
+			keep = append(keep, dir+"/")
+		} else if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove directory %s this harness created: %w", dir, err)
+		}
+	}
 	for _, d := range want {
+		if dir := filepath.Dir(d.Path); !slices.Contains(keep, dir+"/") {
+			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+				keep = append(keep, dir+"/")
+				if err := writeRecord(record, keep); err != nil {
+					return err
+				}
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					return fmt.Errorf("create directory %s for device nodes: %w", dir, err)
+				}
+			}
+		}
 		var st unix.Stat_t
 		err := unix.Stat(d.Path, &st)
 		if err == nil {
@@ -72,8 +96,12 @@ func RemoveDevices(record string) error {
 		return err
 	}
 	var errs []error
+	// Nodes before the directories that hold them.
+	slices.SortStableFunc(created, func(a, b string) int {
+		return strings.Count(strings.TrimSuffix(b, "/"), "/") - strings.Count(strings.TrimSuffix(a, "/"), "/")
+	})
 	for _, p := range created {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(strings.TrimSuffix(p, "/")); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove device node %s this harness created: %w", p, err))
 		}
 	}

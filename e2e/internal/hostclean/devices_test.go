@@ -68,3 +68,41 @@ func TestEnsureDevicesRefusesAPathThatIsSomethingElse(t *testing.T) {
 		t.Errorf("the file was touched: %q", b)
 	}
 }
+
+// Nodes in a directory the host lacks (/dev/nvidia-caps): the directory is
+// made, and goes with the last of them.
+func TestEnsureDevicesMakesAndRemovesTheirDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod needs root")
+	}
+	dir := t.TempDir()
+	record := filepath.Join(dir, "record")
+	caps := filepath.Join(dir, "nvidia-caps")
+	want := []CharDevice{{filepath.Join(dir, "gpu0"), 195, 0}, {filepath.Join(caps, "nvidia-cap1"), 509, 1}, {filepath.Join(caps, "nvidia-cap2"), 509, 2}}
+	if err := EnsureDevices(record, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureDevices(record, want); err != nil {
+		t.Fatalf("second EnsureDevices: %v", err)
+	}
+	if _, err := os.Stat(want[2].Path); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureDevices(record, want[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(caps); !os.IsNotExist(err) {
+		t.Errorf("%s survived once no node in it was wanted: %v", caps, err)
+	}
+	if err := EnsureDevices(record, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveDevices(record); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{caps, want[0].Path} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s survived RemoveDevices: %v", p, err)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nvinject/nvinject/e2e/simnode"
+	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu"
+)
+
+// smiUUID matches the UUIDs `nvidia-smi -L` lists in a container: GPUs and
+// MIG devices, in its order.
+var smiUUID = regexp.MustCompile(`\(UUID: ((?:GPU|MIG)-[0-9a-f-]+)\)`)
+
+func smiList(t testing.TB, ctx context.Context, pod string) []string {
+	t.Helper()
+	out, err := need(t).Kube().Exec(ctx, ns, pod, "", "nvidia-smi-sim", "-L")
+	if err != nil {
+		t.Fatalf("nvidia-smi -L in %s: %v", pod, err)
+	}
+	var uuids []string
+	for _, m := range smiUUID.FindAllStringSubmatch(out, -1) {
+		uuids = append(uuids, m[1])
+	}
+	return uuids
+}
+
+// capsNodes lists the container's /dev/nvidia-caps; nil when it has none.
+func capsNodes(t testing.TB, ctx context.Context, pod string) []string {
+	t.Helper()
+	out, err := need(t).Kube().Exec(ctx, ns, pod, "", "sh", "-c", "ls "+contract.CapsDir+" 2>/dev/null || true")
+	if err != nil {
+		t.Fatalf("list %s in %s: %v", contract.CapsDir, pod, err)
+	}
+	return strings.Fields(out)
+}
+
+// migOf finds the MIG device with uuid on node.
+func migOf(node gpu.Node, uuid string) (gpu.Device, gpu.MIGDevice, bool) {
+	for _, d := range node.Devices {
+		for _, m := range d.MIG {
+			if m.UUID == uuid {
+				return d, m, true
+			}
+		}
+	}
+	return gpu.Device{}, gpu.MIGDevice{}, false
+}
+
+// checkMIGPod checks that pod sees exactly one MIG device of profile (its
+// parent GPU and it in nvidia-smi, its GI and CI access nodes and no
+// other) and returns its UUID.
+func checkMIGPod(t *testing.T, ctx context.Context, node gpu.Node, pod, profile string) string {
+	t.Helper()
+	seen := smiList(t, ctx, pod)
+	if len(seen) != 2 {
+		t.Errorf("pod %s: nvidia-smi -L lists %v, want its MIG device's parent and the MIG device", pod, seen)
+		return ""
+	}
+	parent, m, ok := migOf(node, seen[1])
+	if !ok || parent.UUID != seen[0] || m.Profile != profile {
+		t.Errorf("pod %s sees %v: not one %s MIG device under its parent (found %v, profile %q)", pod, seen, profile, ok, m.Profile)
+		return ""
+	}
+	want := []string{strings.TrimPrefix(m.GIAccess.Path, contract.CapsDir+"/"), strings.TrimPrefix(m.CIAccess.Path, contract.CapsDir+"/")}
+	slices.Sort(want)
+	if got := capsNodes(t, ctx, pod); !slices.Equal(got, want) {
+		t.Errorf("pod %s has %s %v, want exactly its MIG device's %v", pod, contract.CapsDir, got, want)
+	}
+	return m.UUID
+}
+
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// MIG_STRATEGY=mixed on an A100 node with GPU 0 whole and GPU 1 split into
+// one 3g.40gb and two 1g.10gb MIG devices: each resource is published with
+// NVIDIA's name, pods of two profiles and a whole-GPU pod run side by side
+// on one node, each sees exactly its allocation, and a third 1g.10gb pod
+// waits.
+func TestMIGMixed(t *testing.T) {
+	d := need(t)
+	ctx := testCtx(t)
+	const nvml = "sim:a100-80gb*2,mig=1:3g.40gb+1g.10gb*2"
+	small, big := contract.MIGResourceName(simnode.Resource, "1g.10gb"), contract.MIGResourceName(simnode.Resource, "3g.40gb")
+	t.Cleanup(func() {
+		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
+			t.Errorf("restore the 1-GPU deployment: %v", err)
+		}
+	})
+	t0 := time.Now()
+	if _, err := d.Deploy(ctx, simnode.GPUs{NVML: nvml, All: true, MIGStrategy: "mixed",
+		Expect: map[string]int64{simnode.Resource: 1, small: 2, big: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE MIG mixed: %s published as %s=1 %s=2 %s=1 in %s", nvml, simnode.Resource, small, big, time.Since(t0).Round(100*time.Millisecond))
+	node, err := simnode.SimulatedGPUs(ctx, nvml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]string{"mig-small-a": small, "mig-small-b": small, "mig-big": big, "mig-whole": simnode.Resource}
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for k := range pods {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		createPod(t, ctx, name, podSpec{gpu: true, runtimeClass: true, resource: pods[name]})
+	}
+	for name := range pods {
+		waitPod(t, ctx, name, 2*time.Minute, "Running", running)
+	}
+	a, b := checkMIGPod(t, ctx, node, "mig-small-a", "1g.10gb"), checkMIGPod(t, ctx, node, "mig-small-b", "1g.10gb")
+	if a != "" && a == b {
+		t.Errorf("two pods got the same MIG device %s", a)
+	}
+	checkMIGPod(t, ctx, node, "mig-big", "3g.40gb")
+	if got := smiList(t, ctx, "mig-whole"); !slices.Equal(got, []string{node.Devices[0].UUID}) {
+		t.Errorf("whole-GPU pod sees %v, want only GPU 0 %s", got, node.Devices[0].UUID)
+	}
+	if got := capsNodes(t, ctx, "mig-whole"); len(got) != 0 {
+		t.Errorf("whole-GPU pod has MIG access nodes %v", got)
+	}
+	createPod(t, ctx, "mig-small-c", podSpec{gpu: true, runtimeClass: true, resource: small})
+	waitPod(t, ctx, "mig-small-c", time.Minute, "Unschedulable", unschedulable)
+}
+
+// MIG_STRATEGY=single on an A100 split into seven 1g.10gb MIG devices:
+// they are the node's nvidia.com/gpu, eight pods created at once get seven
+// distinct MIG devices and the eighth waits; then the seed's vLLM
+// Deployment runs on one of them.
+func TestMIGSingleSevenAtOnce(t *testing.T) {
+	d := need(t)
+	ctx := testCtx(t)
+	const nvml = "sim:a100-80gb,mig=0:1g.10gb*7"
+	t.Cleanup(func() {
+		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
+			t.Errorf("restore the 1-GPU deployment: %v", err)
+		}
+	})
+	if _, err := d.Deploy(ctx, simnode.GPUs{NVML: nvml, MIGStrategy: "single", Expect: map[string]int64{simnode.Resource: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	node, err := simnode.SimulatedGPUs(ctx, nvml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i := range 8 {
+		names = append(names, fmt.Sprintf("mig-seven-%d", i))
+	}
+	for _, n := range names {
+		createPod(t, ctx, n, gpuPod)
+	}
+	var runningPods, waiting []string
+	err = simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
+		runningPods, waiting = nil, nil
+		for _, n := range names {
+			p, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			switch {
+			case running(p):
+				runningPods = append(runningPods, n)
+			case unschedulable(p):
+				waiting = append(waiting, n)
+			}
+		}
+		if len(runningPods) != 7 || len(waiting) != 1 {
+			return fmt.Errorf("%d Running, %d Unschedulable", len(runningPods), len(waiting))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("eight pods on seven MIG devices: %v", err)
+	}
+	seen := map[string]string{}
+	for _, n := range runningPods {
+		u := checkMIGPod(t, ctx, node, n, "1g.10gb")
+		if other, dup := seen[u]; dup && u != "" {
+			t.Errorf("pods %s and %s share MIG device %s", other, n, u)
+		}
+		seen[u] = n
+	}
+	t.Logf("FIGURE MIG single: 8 pods created at once on %s: 7 Running on %d distinct MIG devices, %s Unschedulable", nvml, len(seen), waiting[0])
+	deletePod(t, waiting[0])
+	deletePod(t, runningPods[0])
+	pod, err := d.RunVLLM(ctx, 3*time.Minute)
+	if err != nil {
+		t.Fatalf("the seed's vLLM Deployment on a single-strategy MIG node: %v", err)
+	}
+	t.Cleanup(func() { _ = d.DeleteVLLM(context.Background()) })
+	checkMIGPod(t, ctx, node, pod.Name, "1g.10gb")
+}
