@@ -5,6 +5,7 @@
 package nodeconfig
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -77,6 +78,10 @@ type Defaults struct {
 	StateDir          string
 	StateDirUsage     string
 	ResourceNameUsage string
+	// MIGStrategy is --mig-strategy's default (empty: none). nvinject-dra
+	// publishes MIG devices by default (mixed): a claim picks a profile by
+	// its attributes, so there is no resource naming to choose.
+	MIGStrategy gpuselect.MIGStrategy
 }
 
 // Register declares the group's flags and environment aliases on cmd;
@@ -92,7 +97,8 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")
 	fs.StringVar(&c.CDIClass, "cdi-class", contract.CDIClass, "CDI class of the GPU devices")
 	fs.StringVar(&c.VisibleDevices, "visible-devices", "all", "GPUs to publish: UUIDs or indices (ConfigMap key "+contract.ConfigMapKey+"), all or none")
-	fs.StringVar(&c.mig, "mig-strategy", string(gpuselect.MIGNone), "MIG handling, NVIDIA's strategies: none (whole GPUs; MIG GPUs left out), single (every GPU MIG, one profile, published as the GPU resource), mixed (whole GPUs, and a nvidia.com/mig-<profile> resource per MIG profile)")
+	mig := cmp.Or(d.MIGStrategy, gpuselect.MIGNone)
+	fs.StringVar(&c.mig, "mig-strategy", string(mig), "MIG handling, NVIDIA's strategies: none (whole GPUs; MIG GPUs left out), single (every GPU MIG, one profile, published as the GPU resource), mixed (whole GPUs, and a nvidia.com/mig-<profile> resource per MIG profile); nvinject-dra publishes each MIG device under single or mixed")
 	fs.StringVar(&c.xids, "ignored-xids", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
 	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
 	fs.StringVar(&c.OnNVMLError, "on-nvml-error", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -32,8 +33,28 @@ func TestDefaults(t *testing.T) {
 	if c.NVML != "real" || c.DriverRoot != "/" || c.CDISpecDir != "/var/run/cdi" || c.ResourceName != "nvidia.com/gpu" ||
 		!c.Selector.All || c.QuietPeriod != 5*time.Minute || c.OnNVMLError != OnNVMLErrorWait ||
 		c.PodResourcesSocket != DefaultPodResourcesSocket || c.MetricsAddr != ":1" || c.StateDir != "/state" || c.Log.Format != "json" ||
-		!slices.Equal(c.IgnoredXids, []uint64{13, 31, 43, 45, 68, 109}) {
+		!slices.Equal(c.IgnoredXids, []uint64{13, 31, 43, 45, 68, 109}) || c.MIGStrategy != gpuselect.MIGNone {
 		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+// A binary's MIG default (nvinject-dra's mixed) yields to MIG_STRATEGY.
+func TestMIGStrategyDefault(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want gpuselect.MIGStrategy
+	}{
+		{nil, gpuselect.MIGMixed},
+		{map[string]string{"MIG_STRATEGY": "none"}, gpuselect.MIGNone},
+	} {
+		cmd := cli.New("test", "[flags]", cli.WithOutput(io.Discard, io.Discard), cli.WithEnvPrefix("NVINJECT_"))
+		c := Register(cmd, Defaults{MIGStrategy: gpuselect.MIGMixed})
+		if err := cmd.Parse(nil, env(tc.env)); err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(c.Validate()...); err != nil || c.MIGStrategy != tc.want {
+			t.Errorf("env %v: MIG strategy %q, %v; want %q", tc.env, c.MIGStrategy, err, tc.want)
+		}
 	}
 }
 
@@ -68,7 +89,7 @@ func TestRefusesInvalidValues(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{env: map[string]string{"MIG_STRATEGY": "single"}, want: `MIG_STRATEGY="single"`},
+		{env: map[string]string{"MIG_STRATEGY": "auto"}, want: `MIG_STRATEGY="auto"`},
 		{env: map[string]string{"NVIDIA_VISIBLE_DEVICES": "gpu0"}, want: `"gpu0" is neither`},
 		{args: []string{"--visible-devices=GPU-a,,"}, want: "NVIDIA_VISIBLE_DEVICES"},
 		{args: []string{"--nvml=cuda"}, want: `--nvml="cuda"`},

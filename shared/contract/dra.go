@@ -1,6 +1,9 @@
 package contract
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // DRA facts: the driver's socket layout, the ResourceSlice's device naming,
 // attributes and taint, and the DRA driver's metrics. DRADriver (the driver
@@ -35,6 +38,21 @@ const (
 // DRADeviceName is the ResourceSlice device name of the GPU with NVML index i.
 func DRADeviceName(i int) string { return DRADevicePrefix + strconv.Itoa(i) }
 
+// DRAMIGDeviceName is the ResourceSlice device name of the MIG device with
+// GPU instance gi and compute instance ci on the GPU with NVML index parent:
+// "gpu-1-mig-3g40gb-gi1-ci0". The profile is there for people; GI and CI
+// make it unique on the parent. Profiles hold '.' and '+' ("1g.10gb+me"),
+// which a DNS label does not: dots go, '+' becomes '-'.
+func DRAMIGDeviceName(parent int, profile string, gi, ci int) string {
+	p := strings.NewReplacer(".", "", "+", "-").Replace(strings.ToLower(profile))
+	return DRADeviceName(parent) + "-mig-" + p + "-gi" + strconv.Itoa(gi) + "-ci" + strconv.Itoa(ci)
+}
+
+// DRACounterSetName is the ResourceSlice counter set (KEP-4815) of the GPU
+// with NVML index i: its memory and memory slices, which its whole device
+// or its MIG devices consume.
+func DRACounterSetName(i int) string { return DRADeviceName(i) }
+
 // Device attribute and capacity names in the driver's domain (DRADriver).
 const (
 	DRAAttrUUID              = "uuid"
@@ -47,6 +65,22 @@ const (
 	DRAAttrComputeCapability = "cudaComputeCapability"
 	DRAAttrNUMANode          = "numaNode"
 	DRACapacityMemory        = "memory"
+	// DRAAttrType is DRATypeGPU on a whole GPU, DRATypeMIG on a MIG device.
+	DRAAttrType = "type"
+	DRATypeGPU  = "gpu"
+	DRATypeMIG  = "mig"
+	// MIG devices' own attributes and capacity.
+	DRAAttrParentUUID          = "parentUUID"
+	DRAAttrParentIndex         = "parentIndex"
+	DRAAttrProfile             = "profile"
+	DRAAttrMIGGI               = "migGI"
+	DRAAttrMIGCI               = "migCI"
+	DRACapacityMultiprocessors = "multiprocessors"
+	// DRACounterMemory (bytes) and DRACounterMemorySlice + <i> (one per
+	// memory slice a GPU instance occupies) are the counters of a GPU's
+	// counter set.
+	DRACounterMemory      = "memory"
+	DRACounterMemorySlice = "memory-slice-"
 )
 
 // Metric names of nvinject-dra.

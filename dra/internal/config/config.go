@@ -15,6 +15,7 @@ import (
 	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 )
 
 // Name is the program name.
@@ -65,6 +66,7 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 		MetricsAddr:       fmt.Sprintf(":%d", contract.DRAMetricsPort),
 		StateDirUsage:     "where prepared claims are checkpointed, and the health checkpoint kept (default: <kubelet-plugins-dir>/" + contract.DRADriver + ")",
 		ResourceNameUsage: "extended resource the DeviceClass's extendedResourceName serves (KEP-5004)",
+		MIGStrategy:       gpuselect.MIGMixed,
 	})
 	fs := cmd.Flags()
 	fs.StringVar(&c.NodeName, "node-name", "", "this node's name (the ResourceSlice's node and pool); set NODE_NAME from the downward API")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -28,6 +29,10 @@ func TestLoadDefaultsAndEnv(t *testing.T) {
 	}
 	if c.MetricsAddr != ":9483" || c.Log.Format != "json" {
 		t.Errorf("metrics %s, log format %s", c.MetricsAddr, c.Log.Format)
+	}
+	// A DRA node publishes MIG devices unless told otherwise.
+	if c.MIGStrategy != gpuselect.MIGMixed {
+		t.Errorf("MIG strategy %q, want mixed", c.MIGStrategy)
 	}
 	// The command line wins over the environment.
 	c, err = config.Load([]string{"--node-name=cli"}, env(map[string]string{"NODE_NAME": "env"}), &bytes.Buffer{}, &bytes.Buffer{})

@@ -44,8 +44,22 @@ func BenchmarkAnchorGetInfoOverSocket(b *testing.B) {
 func BenchmarkNodePrepareResources(b *testing.B) {
 	r := newRig(b, "sim:a100-80gb*8")
 	r.register(b)
+	benchPrepare(b, r.dra(b), r.claim(b, "bench", "uid-bench", "gpu-3"))
+}
+
+// BenchmarkNodePrepareResourcesMIG is the same for a MIG device and, on
+// the same node in the same run, for the whole GPU beside it.
+func BenchmarkNodePrepareResourcesMIG(b *testing.B) {
+	r := newRig(b, "sim:a100-80gb*2,mig=1:3g.40gb+1g.10gb*2")
+	r.register(b)
 	c := r.dra(b)
-	claim := r.claim(b, "bench", "uid-bench", "gpu-3")
+	gpu := r.claim(b, "bench-gpu", "uid-bench-gpu", "gpu-0")
+	mig := r.claim(b, "bench-mig", "uid-bench-mig", contract.DRAMIGDeviceName(1, "1g.10gb", 1, 0))
+	b.Run("gpu", func(b *testing.B) { benchPrepare(b, c, gpu) })
+	b.Run("mig", func(b *testing.B) { benchPrepare(b, c, mig) })
+}
+
+func benchPrepare(b *testing.B, c drapbv1.DRAPluginClient, claim *drapbv1.Claim) {
 	req := &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{claim}}
 	un := &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{claim}}
 	var lat []time.Duration
@@ -53,7 +67,7 @@ func BenchmarkNodePrepareResources(b *testing.B) {
 		t0 := time.Now()
 		resp, err := c.NodePrepareResources(context.Background(), req)
 		lat = append(lat, time.Since(t0))
-		if err != nil || resp.Claims["uid-bench"].GetError() != "" {
+		if err != nil || resp.Claims[claim.Uid].GetError() != "" || len(resp.Claims[claim.Uid].GetDevices()) != 1 {
 			b.Fatalf("prepare: %v %v", resp, err)
 		}
 		if _, err := c.NodeUnprepareResources(context.Background(), un); err != nil {

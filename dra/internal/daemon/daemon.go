@@ -139,6 +139,10 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 		return err
 	}
 	for _, dev := range drv.Devices() {
+		if dev.MIG != nil {
+			d.log.Info("publishing MIG device", "device", dev.Name, "uuid", dev.MIG.UUID, "profile", dev.MIG.Profile, "parent_uuid", dev.UUID, "numa", dev.NUMANode, "cdi_device", dev.CDIName)
+			continue
+		}
 		d.log.Info("publishing GPU", "device", dev.Name, "uuid", dev.UUID, "name", dev.Device.Name, "numa", dev.NUMANode, "cdi_device", dev.CDIName)
 	}
 	d.log.Info("checkpoint loaded", "path", state.Path(), "prepared_claims", state.Len())

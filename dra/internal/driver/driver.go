@@ -1,6 +1,7 @@
 // Package driver is nvinject's DRA driver logic behind the kubeletplugin
-// helper: the ResourceSlice devices (one per selected GPU, with taints
-// while Unhealthy), NodePrepareResources/NodeUnprepareResources answered
+// helper: the ResourceSlice devices (one per selected GPU with MIG off, one
+// per MIG device of a GPU with MIG on, counters per GPU (KEP-4815) where a
+// GPU has MIG on, taints while Unhealthy), NodePrepareResources/NodeUnprepareResources answered
 // with the shared CDI spec's device names and checkpointed, and the
 // KEP-4680 health stream. It owns no sockets and no API client: the daemon
 // wires it to kubeletplugin.
@@ -11,11 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/gpunode/health"
@@ -48,13 +51,35 @@ func (NopMetrics) SetPreparedClaims(int) {}
 func (NopMetrics) HealthStream(int)      {}
 func (NopMetrics) BackgroundError()      {}
 
-// Device is one published GPU.
+// Device is one published device: a whole GPU, or a MIG device.
 type Device struct {
+	// Device is the physical GPU (a MIG device's parent): health and the
+	// held taints follow its UUID.
 	gpu.Device
-	// Name is the device's name in the ResourceSlice (gpu-<index>).
+	// MIG is the MIG device; nil for a whole GPU.
+	MIG *gpu.MIGDevice
+	// Name is the device's name in the ResourceSlice (gpu-<index>, or
+	// contract.DRAMIGDeviceName for a MIG device).
 	Name string
-	// CDIName is the GPU's device in the shared CDI spec (nvidia.com/gpu=<uuid>).
+	// CDIName is the device in the shared CDI spec (nvidia.com/gpu=<uuid>,
+	// the MIG device's own UUID for a MIG device).
 	CDIName string
+}
+
+// ID is the device's own UUID: the MIG device's, else the GPU's.
+func (d Device) ID() string {
+	if d.MIG != nil {
+		return d.MIG.UUID
+	}
+	return d.UUID
+}
+
+// Describe names the device for messages.
+func (d Device) Describe() string {
+	if d.MIG != nil {
+		return fmt.Sprintf("MIG device %s (%s on GPU %s)", d.Name, d.MIG.UUID, d.UUID)
+	}
+	return fmt.Sprintf("GPU %s (%s)", d.Name, d.UUID)
 }
 
 // DeviceName is a GPU's name in the ResourceSlice.
@@ -62,11 +87,13 @@ func DeviceName(d gpu.Device) string { return contract.DRADeviceName(d.Index) }
 
 // Driver answers the kubelet plugin calls for one node.
 type Driver struct {
-	driver      string
-	pool        string
-	node        gpu.Node
-	devices     []Device
-	byName      map[string]Device
+	driver  string
+	pool    string
+	node    gpu.Node
+	devices []Device
+	byName  map[string]Device
+	// counters are the GPUs' counter sets, nil unless a GPU has MIG on.
+	counters    []resourceapi.CounterSet
 	health      Health
 	state       *checkpoint.Store
 	log         *slog.Logger
@@ -121,8 +148,9 @@ func WithClaimLookup(f ClaimLookup) Option { return func(d *Driver) { d.lookup =
 // from (the daemon cancels its context).
 func WithFatal(f func(error)) Option { return func(d *Driver) { d.fatal = f } }
 
-// New returns the driver for node's selected GPUs; cdiName maps a GPU UUID
-// to its device name in the shared CDI spec. pool is the node name.
+// New returns the driver for node's selected GPUs (a GPU with MIG mode on
+// stands for its MIG devices); cdiName maps a GPU or MIG UUID to its device
+// name in the shared CDI spec. pool is the node name.
 func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid string) string, h Health, state *checkpoint.Store, opts ...Option) (*Driver, error) {
 	if pool == "" {
 		return nil, errors.New("the DRA driver needs the node name (--node-name, env NODE_NAME from the downward API)")
@@ -140,18 +168,31 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 		o(d)
 	}
 	for _, g := range selected {
-		dev := Device{Device: g, Name: DeviceName(g), CDIName: cdiName(g.UUID)}
-		if _, dup := d.byName[dev.Name]; dup {
-			return nil, fmt.Errorf("GPU %s and another GPU both have index %d; each published GPU needs its own index", g.UUID, g.Index)
+		devs := []Device{{Device: g, Name: DeviceName(g), CDIName: cdiName(g.UUID)}}
+		if g.MIGEnabled {
+			devs = devs[:0]
+			for i := range g.MIG {
+				m := &g.MIG[i]
+				devs = append(devs, Device{Device: g, MIG: m, Name: contract.DRAMIGDeviceName(g.Index, m.Profile, m.GPUInstance, m.ComputeInstance), CDIName: cdiName(m.UUID)})
+			}
 		}
-		d.byName[dev.Name] = dev
-		d.devices = append(d.devices, dev)
+		for _, dev := range devs {
+			if _, dup := d.byName[dev.Name]; dup {
+				return nil, fmt.Errorf("%s and another device are both named %s; each published GPU needs its own index", dev.Describe(), dev.Name)
+			}
+			d.byName[dev.Name] = dev
+			d.devices = append(d.devices, dev)
+		}
 	}
+	if len(d.devices) == 0 {
+		return nil, errors.New("no device to publish: the selected GPUs have MIG mode on but no MIG devices; create them (nvidia-smi mig -cgi <profiles> -C) or disable MIG (nvidia-smi -i <index> -mig 0)")
+	}
+	d.counters = counterSets(selected)
 	d.metrics.SetPreparedClaims(state.Len())
 	return d, nil
 }
 
-// Devices are the published GPUs in publication order.
+// Devices are the published devices in publication order.
 func (d *Driver) Devices() []Device { return d.devices }
 
 // Pool is the ResourceSlice pool (the node name).
@@ -162,6 +203,10 @@ func (d *Driver) Pool() string { return d.pool }
 // end the driver.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	d.metrics.BackgroundError()
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRAPartitionableDevices") {
+		msg += "; the API server dropped the MIG GPUs' counters: enable its DRAPartitionableDevices feature gate (beta, on by default from Kubernetes 1.36), or set MIG_STRATEGY=none"
+	}
 	if errors.Is(err, kubeletplugin.ErrRecoverable) {
 		d.log.ErrorContext(ctx, msg, "error", err)
 		return

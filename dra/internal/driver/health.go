@@ -34,27 +34,30 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	}
 }
 
-// HealthReport is every GPU's health as kubelet's health service wants it.
+// HealthReport is every device's health as kubelet's health service wants
+// it: a MIG device has its parent GPU's.
 func (d *Driver) HealthReport() kubeletplugin.DeviceHealthReport {
-	byUUID := map[string]Device{}
+	byUUID := map[string][]Device{}
 	for _, g := range d.devices {
-		byUUID[g.UUID] = g
+		byUUID[g.UUID] = append(byUUID[g.UUID], g)
 	}
 	now := time.Now()
 	var r kubeletplugin.DeviceHealthReport
 	for _, s := range d.health.States() {
-		g, ok := byUUID[s.UUID]
-		if !ok {
-			continue
+		for _, g := range byUUID[s.UUID] {
+			who := g.UUID
+			if g.MIG != nil {
+				who = g.MIG.UUID + " on " + g.UUID
+			}
+			h := kubeletplugin.DeviceHealth{
+				PoolName: d.pool, DeviceName: g.Name, Health: kubeletplugin.HealthStatusHealthy,
+				LastUpdated: now, HealthCheckTimeout: d.healthLease, Message: who + " healthy",
+			}
+			if !s.Healthy {
+				h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, who+": "+s.Reason
+			}
+			r.Devices = append(r.Devices, h)
 		}
-		h := kubeletplugin.DeviceHealth{
-			PoolName: d.pool, DeviceName: g.Name, Health: kubeletplugin.HealthStatusHealthy,
-			LastUpdated: now, HealthCheckTimeout: d.healthLease, Message: g.UUID + " healthy",
-		}
-		if !s.Healthy {
-			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, g.UUID+": "+s.Reason
-		}
-		r.Devices = append(r.Devices, h)
 	}
 	return r
 }

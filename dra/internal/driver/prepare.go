@@ -13,10 +13,11 @@ import (
 )
 
 // PrepareResourceClaims answers NodePrepareResources: each claim's devices
-// of this driver become the GPUs' names in the shared CDI spec. A claim
+// of this driver become their names in the shared CDI spec (a MIG device's
+// own, by its MIG UUID). A claim
 // prepared before (by this process or an earlier one) gets the
 // checkpointed answer again; a new one is checked (this node's pool, a
-// published GPU, Healthy, not held by another claim) and checkpointed
+// published device, its GPU Healthy, not held by another claim) and checkpointed
 // before the answer leaves.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
@@ -64,18 +65,18 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 		if other, busy := held[dev.Name]; busy && !admin {
 			live, err := d.claimLive(ctx, other, dev.Name)
 			if err != nil {
-				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is still prepared for ResourceClaim %s and its state is unknown: %w", name, dev.Name, dev.UUID, other, err)
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %s is still prepared for ResourceClaim %s and its state is unknown: %w", name, dev.Describe(), other, err)
 			}
 			if live {
-				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is already prepared for ResourceClaim %s; one GPU serves one claim: delete one of the pods", name, dev.Name, dev.UUID, other)
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %s is already prepared for ResourceClaim %s; one device serves one claim: delete one of the pods", name, dev.Describe(), other)
 			}
-			d.log.Info("GPU still prepared for a claim that no longer holds it (kubelet unprepares it later)", "claim", name, "stale_claim", other.String(), "device", dev.Name)
+			d.log.Info("device still prepared for a claim that no longer holds it (kubelet unprepares it later)", "claim", name, "stale_claim", other.String(), "device", dev.Name)
 		}
 		if reason := healthy[dev.UUID]; reason != "" {
-			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: GPU %s (%s) is Unhealthy (%s); the claim was allocated before its taint: delete the pod so the claim gets a healthy GPU", name, dev.Name, dev.UUID, reason)
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %s is Unhealthy (%s); the claim was allocated before its taint: delete the pod so the claim gets a healthy GPU", name, dev.Describe(), reason)
 		}
 		cp.Devices = append(cp.Devices, checkpoint.Device{
-			Requests: []string{r.Request}, Pool: r.Pool, Device: dev.Name, UUID: dev.UUID,
+			Requests: []string{r.Request}, Pool: r.Pool, Device: dev.Name, UUID: dev.ID(),
 			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin,
 		})
 	}
@@ -86,7 +87,7 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 	return resultOf(cp), nil
 }
 
-// heldBy maps each GPU held exclusively by a prepared claim to that claim.
+// heldBy maps each device held exclusively by a prepared claim to that claim.
 func (d *Driver) heldBy() map[string]checkpoint.Claim {
 	out := map[string]checkpoint.Claim{}
 	for _, c := range d.state.All() {

@@ -25,11 +25,13 @@ const (
 )
 
 // Resources is the node's ResourceSlice content for the current health:
-// one pool named after the node, one slice, one device per GPU; an
-// Unhealthy GPU carries a NoSchedule taint so no new claim gets it, while
-// running pods keep it (their allocatedResourcesStatus says Unhealthy). A
-// GPU a device-plugin pod still holds (SetHeld) carries another, and so
-// does every GPU while that cannot be told (SetHeldUnknown).
+// one pool named after the node, one device per whole GPU or MIG device;
+// an Unhealthy GPU's devices carry a NoSchedule taint so no new claim gets
+// them, while running pods keep them (their allocatedResourcesStatus says
+// Unhealthy). A device a device-plugin pod still holds, itself or its
+// parent GPU (SetHeld), carries another, and so does every device while
+// that cannot be told (SetHeldUnknown). Where a GPU has MIG on, the GPUs'
+// counter sets come first, in slices of their own (see slices).
 func (d *Driver) Resources() resourceslice.DriverResources {
 	states := map[string]health.State{}
 	for _, s := range d.health.States() {
@@ -53,7 +55,11 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 		} else {
 			delete(d.unhealthySince, g.UUID)
 		}
-		if t, held := d.held[g.UUID]; held {
+		t, held := d.held[g.ID()]
+		if !held {
+			t, held = d.held[g.UUID]
+		}
+		if held {
 			dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{
 				Key: contract.DRAHeldTaintKey, Value: t.value,
 				Effect: resourceapi.DeviceTaintEffectNoSchedule, TimeAdded: &metav1.Time{Time: t.since},
@@ -62,9 +68,21 @@ func (d *Driver) Resources() resourceslice.DriverResources {
 		devs = append(devs, dev)
 	}
 	d.mu.Unlock()
-	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		d.pool: {Slices: []resourceslice.Slice{{Devices: devs}}},
-	}}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{d.pool: {Slices: d.slices(devs)}}}
+}
+
+// slices lays the pool out as the API validates a ResourceSlice: counter
+// sets and devices never share one, a slice holds at most 8 counter sets,
+// and at most 64 devices once any device consumes counters or is tainted.
+func (d *Driver) slices(devs []resourceapi.Device) []resourceslice.Slice {
+	var out []resourceslice.Slice
+	for c := range slices.Chunk(d.counters, resourceapi.ResourceSliceMaxCounterSets) {
+		out = append(out, resourceslice.Slice{SharedCounters: c})
+	}
+	for c := range slices.Chunk(devs, resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures) {
+		out = append(out, resourceslice.Slice{Devices: c})
+	}
+	return out
 }
 
 // TaintValue condenses a tracker reason into a label value.
@@ -78,6 +96,9 @@ func TaintValue(reason string) string {
 	return TaintMonitoring
 }
 
+// sliceDevice is g's ResourceSlice device. A MIG device carries its
+// parent's facts (product, versions, PCI bus, NUMA node) and its own
+// (profile, GI and CI, memory, multiprocessors).
 func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 	str := func(v string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &v} }
 	num := func(v int) resourceapi.DeviceAttribute {
@@ -85,11 +106,30 @@ func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 		return resourceapi.DeviceAttribute{IntValue: &i}
 	}
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		contract.DRAAttrType:                            str(contract.DRATypeGPU),
 		contract.DRAAttrUUID:                            str(g.UUID),
 		contract.DRAAttrProductName:                     str(g.Device.Name),
 		contract.DRAAttrIndex:                           num(g.Index),
 		contract.DRAAttrMinor:                           num(g.Minor),
 		deviceattribute.StandardDeviceAttributePCIBusID: str(g.PCIBusID),
+	}
+	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		contract.DRACapacityMemory: {Value: bytesQuantity(g.MemoryBytes)},
+	}
+	if m := g.MIG; m != nil {
+		delete(attrs, contract.DRAAttrIndex)
+		delete(attrs, contract.DRAAttrMinor)
+		attrs[contract.DRAAttrType] = str(contract.DRATypeMIG)
+		attrs[contract.DRAAttrUUID] = str(m.UUID)
+		attrs[contract.DRAAttrParentUUID] = str(g.UUID)
+		attrs[contract.DRAAttrParentIndex] = num(g.Index)
+		attrs[contract.DRAAttrProfile] = str(m.Profile)
+		attrs[contract.DRAAttrMIGGI] = num(m.GPUInstance)
+		attrs[contract.DRAAttrMIGCI] = num(m.ComputeInstance)
+		capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			contract.DRACapacityMemory:          {Value: bytesQuantity(m.MemoryBytes)},
+			contract.DRACapacityMultiprocessors: {Value: *resource.NewQuantity(int64(m.Multiprocessors), resource.DecimalSI)},
+		}
 	}
 	version := func(name, v string) {
 		if sv, ok := SemVer(v); ok {
@@ -106,13 +146,7 @@ func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 		attrs[contract.DRAAttrNUMANode] = num(g.NUMANode)
 		attrs[deviceattribute.StandardDeviceAttributeNUMANode] = num(g.NUMANode)
 	}
-	return resourceapi.Device{
-		Name:       g.Name,
-		Attributes: attrs,
-		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			contract.DRACapacityMemory: {Value: *resource.NewQuantity(int64(g.MemoryBytes), resource.BinarySI)},
-		},
-	}
+	return resourceapi.Device{Name: g.Name, Attributes: attrs, Capacity: capacity, ConsumesCounters: d.consumes(g)}
 }
 
 // SemVer turns NVIDIA's dotted versions ("580.95.05", "13.0", "8.0") into
@@ -135,8 +169,9 @@ func SemVer(v string) (string, bool) {
 	return fmt.Sprintf("%s.%s.%s", parts[0], parts[1], parts[2]), true
 }
 
-// SetHeld replaces the set of GPUs that pods given them by the device plugin
-// still hold (UUID → holders) and republishes the ResourceSlice.
+// SetHeld replaces the set of GPUs and MIG devices that pods given them by
+// the device plugin still hold (UUID → holders) and republishes the
+// ResourceSlice. A held GPU withholds its MIG devices too.
 func (d *Driver) SetHeld(holders map[string][]string) {
 	now := time.Now()
 	d.mu.Lock()
@@ -149,7 +184,7 @@ func (d *Driver) SetHeld(holders map[string][]string) {
 		}
 	}
 	for u, h := range holders {
-		if t, ok := d.held[u]; (!ok || t.value != contract.DRAHeldTaintValue) && slices.ContainsFunc(d.devices, func(g Device) bool { return g.UUID == u }) {
+		if t, ok := d.held[u]; (!ok || t.value != contract.DRAHeldTaintValue) && slices.ContainsFunc(d.devices, func(g Device) bool { return g.UUID == u || g.ID() == u }) {
 			d.held[u] = heldTaint{value: contract.DRAHeldTaintValue, since: now}
 			d.log.Info("GPU held by device-plugin pods; tainted until they end", "uuid", u, "holders", h, "taint", contract.DRAHeldTaintKey+"="+contract.DRAHeldTaintValue)
 		}
