@@ -30,10 +30,9 @@ func MIGUUIDEnv(ciMinor int64) string {
 	return contract.EnvMIGUUIDPrefix + strconv.FormatInt(ciMinor, 10)
 }
 
-// MIGIndexName is a MIG device's name under --device-name-strategy=index:
-// NVIDIA's <gpu index>:<MIG device index on the GPU>.
+// MIGIndexName is a MIG device's name under --device-name-strategy=index.
 func MIGIndexName(gpuIndex, migIndex int) string {
-	return strconv.Itoa(gpuIndex) + ":" + strconv.Itoa(migIndex)
+	return contract.MIGDeviceIndexID(gpuIndex, migIndex)
 }
 
 // NameStrategy says how GPU devices are named in the spec.

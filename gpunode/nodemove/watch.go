@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -67,16 +68,22 @@ type Source struct {
 	via, holders, one, withhold string
 }
 
-// DevicePluginPods reports GPUs given through the device-plugin resource
-// (device IDs: UUID, or index under DEVICE_ID_STRATEGY=index), which
-// nvinject-dra taints.
+// publishes says whether the device plugin publishes resource: its GPU
+// resource, or one of that domain's MIG resources (MIG_STRATEGY=mixed).
+func (s Source) publishes(resource string) bool {
+	return resource == s.resource || strings.HasPrefix(resource, contract.MIGResourceName(s.resource, ""))
+}
+
+// DevicePluginPods reports GPUs and MIG devices given through the
+// device-plugin resource and its MIG resources (device IDs: UUID, or index
+// under DEVICE_ID_STRATEGY=index), which nvinject-dra taints.
 func DevicePluginPods(resource string) Source {
 	return Source{resource: resource, via: "the device plugin", holders: "device-plugin pods", one: "a device-plugin pod", withhold: "tainted " + contract.DRAHeldTaintKey}
 }
 
-// DRAClaims reports GPUs given through driver's claims, by device name
-// (contract.DRADeviceName of the GPU's index, as nvinject-dra publishes
-// it), which the device plugin publishes Unhealthy.
+// DRAClaims reports GPUs and MIG devices given through driver's claims, by
+// device name (contract.DRADeviceName, DRAMIGDeviceName, as nvinject-dra
+// publishes them), which the device plugin publishes Unhealthy.
 func DRAClaims(driver string) Source {
 	return Source{draDriver: driver, via: "DRA", holders: "DRA claims", one: "a DRA claim", withhold: "published Unhealthy"}
 }
@@ -123,10 +130,17 @@ func New(l Lister, src Source, gpus []gpu.Device, opts ...Option) *Watcher {
 	for _, g := range gpus {
 		if src.draDriver != "" {
 			w.ids[contract.DRADeviceName(g.Index)] = g.UUID
+			for _, m := range g.MIG {
+				w.ids[contract.DRAMIGDeviceName(g.Index, m.Profile, m.GPUInstance, m.ComputeInstance)] = m.UUID
+			}
 			continue
 		}
 		w.ids[g.UUID] = g.UUID
 		w.ids[strconv.Itoa(g.Index)] = g.UUID
+		for i, m := range g.MIG {
+			w.ids[m.UUID] = m.UUID
+			w.ids[contract.MIGDeviceIndexID(g.Index, i)] = m.UUID
+		}
 	}
 	for _, o := range opts {
 		o(w)
@@ -191,7 +205,7 @@ func (w *Watcher) held(c *podresv1.ContainerResources) map[string]string {
 	out := map[string]string{}
 	if w.src.resource != "" {
 		for _, d := range c.GetDevices() {
-			if d.GetResourceName() != w.src.resource {
+			if !w.src.publishes(d.GetResourceName()) {
 				continue
 			}
 			for _, id := range d.GetDeviceIds() {

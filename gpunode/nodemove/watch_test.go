@@ -53,7 +53,8 @@ func devs(resource string, ids ...string) *podresv1.ContainerDevices {
 }
 
 var (
-	gpus = []gpu.Device{{UUID: "GPU-a", Index: 0}, {UUID: "GPU-b", Index: 1}}
+	gpus = []gpu.Device{{UUID: "GPU-a", Index: 0}, {UUID: "GPU-b", Index: 1}, {UUID: "GPU-c", Index: 2, MIGEnabled: true, MIG: []gpu.MIGDevice{
+		{UUID: "MIG-c0", ParentUUID: "GPU-c", Profile: "3g.40gb", GPUInstance: 1}, {UUID: "MIG-c1", ParentUUID: "GPU-c", Profile: "1g.10gb", GPUInstance: 2}}}}
 	dp   = DevicePluginPods("nvidia.com/gpu")
 	dra  = DRAClaims(contract.DRADriver)
 )
@@ -74,6 +75,11 @@ func TestPoll(t *testing.T) {
 		{"device plugin ignores DRA claims", []*podresv1.PodResources{claimPod("default", "vllm", "gpu", contract.DRADriver, "gpu-0", "main")}, dp, Holders{}},
 		{"DRA claim by device name", []*podresv1.PodResources{claimPod("default", "vllm", "vllm-gpu-x7", contract.DRADriver, "gpu-1", "main", "sidecar")}, dra,
 			Holders{"GPU-b": {{Pod: "default/vllm", Container: "main", Claim: "default/vllm-gpu-x7"}, {Pod: "default/vllm", Container: "sidecar", Claim: "default/vllm-gpu-x7"}}}},
+		{"MIG device by UUID and by index, through a MIG resource", []*podresv1.PodResources{
+			pod("default", "small", devs("nvidia.com/mig-1g.10gb", "MIG-c1")), pod("default", "big", devs("nvidia.com/mig-3g.40gb", "2:0"))}, dp,
+			Holders{"MIG-c1": {{Pod: "default/small", Container: "main"}}, "MIG-c0": {{Pod: "default/big", Container: "main"}}}},
+		{"DRA claim on a MIG device", []*podresv1.PodResources{claimPod("default", "small", "c", contract.DRADriver, contract.DRAMIGDeviceName(2, "1g.10gb", 2, 0), "main")}, dra,
+			Holders{"MIG-c1": {{Pod: "default/small", Container: "main", Claim: "default/c"}}}},
 		{"DRA: another driver, an unknown device, device-plugin devices", []*podresv1.PodResources{
 			claimPod("default", "nic", "nic", "example.com", "gpu-0", "main"), claimPod("default", "x", "c", contract.DRADriver, "gpu-9", "main"),
 			pod("default", "dp", devs("nvidia.com/gpu", "GPU-a"))}, dra, Holders{}},

@@ -5,7 +5,10 @@
 // none of them re-types these values.
 package contract
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // CDI kind of nvinject's GPU devices (vendor/class), the default of every
 // program's --cdi-vendor and --cdi-class.
@@ -112,6 +115,13 @@ func MIGResourceName(gpuResource, profile string) string {
 		domain = CDIVendor
 	}
 	return domain + "/mig-" + profile
+}
+
+// MIGDeviceIndexID is a MIG device's ID under DEVICE_ID_STRATEGY=index and
+// its CDI name under --device-name-strategy=index: NVIDIA's
+// "<gpu index>:<MIG device index on the GPU>".
+func MIGDeviceIndexID(gpuIndex, migIndex int) string {
+	return strconv.Itoa(gpuIndex) + ":" + strconv.Itoa(migIndex)
 }
 
 // containerd plugin IDs in config.toml (version 3).
