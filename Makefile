@@ -107,7 +107,7 @@ fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 15s $(MODULE)/shared/contract
 	$(GO) test -run '^$$' -fuzz FuzzParseAuditNote -fuzztime 15s $(MODULE)/shared/contract
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/gpu/gpuselect
-	$(GO) test -run '^$$$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/sharing
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/shared/sharing
 	$(GO) test -run '^$$' -fuzz FuzzParseAccess -fuzztime 15s $(MODULE)/shared/gpu/nvcaps
 	$(GO) test -run '^$$' -fuzz FuzzParseDevices -fuzztime 15s $(MODULE)/shared/gpu/nvcaps
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/cdi/ldcache
