@@ -36,6 +36,7 @@ import (
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 	"github.com/nvinject/nvinject/shared/httpserve"
 	"github.com/nvinject/nvinject/shared/logging"
+	"github.com/nvinject/nvinject/shared/sharing"
 )
 
 // OpenFunc opens NVML: backend.Open, the simulation's seam, or a test's
@@ -50,6 +51,9 @@ type GPUs struct {
 	// CDIName maps a GPU UUID to its device in the node's CDI spec.
 	CDIName func(uuid string) string
 	Health  *health.Tracker
+	// Sharing is the time-slicing configuration the spec was written with
+	// (WithSharing); empty shares nothing.
+	Sharing sharing.Config
 }
 
 // UUIDs are the published GPUs' UUIDs, in publication order.
@@ -89,6 +93,7 @@ type Node struct {
 	names     HealthMetrics
 	routes    map[string]http.Handler
 	onPublish []func(GPUs)
+	sharing   sharing.Config
 
 	reg     *prometheus.Registry
 	events  *prometheus.CounterVec
@@ -124,6 +129,11 @@ func WithRoutes(routes map[string]http.Handler) Option {
 func WithOnPublish(f func(GPUs)) Option {
 	return func(n *Node) { n.onPublish = append(n.onPublish, f) }
 }
+
+// WithSharing shares the published resources as c says: the CDI spec
+// records each shared device's replicas, and the plugin gets c to publish
+// them (the device plugin's time-slicing).
+func WithSharing(c sharing.Config) Option { return func(n *Node) { n.sharing = c } }
 
 // WithRecoverSignal asks NVML about every GPU, and clears the Xid and loss
 // marks of those it vouches for, on each receive (SIGHUP).
@@ -247,7 +257,11 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 
 	// The node's one CDI spec: the same generator and file on either path,
 	// so nvinject-nri and containerd resolve the same names.
-	gen := spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary))
+	replicas, err := n.sharedReplicas(published)
+	if err != nil {
+		return err
+	}
+	gen := spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(replicas))
 	s, err := gen.Generate(node, published)
 	if err != nil {
 		return fmt.Errorf("generate the CDI spec: %w", err)
@@ -258,7 +272,7 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 	}
 	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(published))
 
-	gpus := GPUs{Node: node, Published: published, CDIName: gen.QualifiedName}
+	gpus := GPUs{Node: node, Published: published, CDIName: gen.QualifiedName, Sharing: n.sharing}
 	gpus.Health = n.newTracker(gpus)
 	for _, f := range n.onPublish {
 		f(gpus)
@@ -273,6 +287,35 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 		return serve(ctx, gpus)
 	})
 	return g.Wait()
+}
+
+// sharedReplicas maps each shared GPU or MIG device to its replicas, by the
+// resources the published GPUs form under the MIG strategy.
+func (n *Node) sharedReplicas(published []gpu.Device) (map[string]int, error) {
+	if len(n.sharing.Sharing.TimeSlicing.Resources) == 0 {
+		return nil, nil
+	}
+	resources, err := gpuselect.Resources(published, n.cfg.MIGStrategy, n.cfg.ResourceName)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	var names []string
+	for _, r := range resources {
+		names = append(names, r.Name)
+		rep, ok := n.sharing.For(r.Name)
+		if !ok {
+			continue
+		}
+		for _, u := range r.Units {
+			out[u.UUID()] = rep.Replicas
+		}
+		n.log.Info("resource shared by time-slicing", "resource", r.Name, "published_as", rep.Name, "replicas", rep.Replicas, "devices", len(r.Units))
+	}
+	if unused := n.sharing.Unused(names); len(unused) > 0 {
+		n.log.Warn("sharing configuration names resources this node does not publish; nothing of theirs is shared", "resources", unused, "published", names)
+	}
+	return out, nil
 }
 
 // newTracker tracks the published GPUs' health, with the checkpoint in

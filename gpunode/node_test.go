@@ -17,14 +17,17 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
+	"github.com/nvinject/nvinject/shared/sharing"
 )
 
 const nvmlSpec = "sim:a100-80gb*2"
@@ -393,5 +396,39 @@ func TestHealthMetrics(t *testing.T) {
 	}
 	if c, err := testutil.GatherAndCount(n.reg, "test_device_healthy"); err != nil || c != 2 {
 		t.Errorf("test_device_healthy has %d series (%v), want 2", c, err)
+	}
+}
+
+// WithSharing: the spec records each shared GPU's replicas and the plugin
+// gets the configuration.
+func TestSharingReachesSpecAndPlugin(t *testing.T) {
+	cfg := config(t)
+	c, err := sharing.Parse([]byte("version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan GPUs, 1)
+	run(t, New(cfg, quietLog(), WithSharing(c)), func(ctx context.Context, g GPUs) error {
+		got <- g
+		<-ctx.Done()
+		return nil
+	})
+	var g GPUs
+	select {
+	case g = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the protocol never started")
+	}
+	if rep, ok := g.Sharing.For("nvidia.com/gpu"); !ok || rep.Replicas != 4 {
+		t.Errorf("plugin's sharing %+v %v", rep, ok)
+	}
+	s, err := cdi.ReadSpec(filepath.Join(cfg.CDISpecDir, "nvidia.com-gpu.yaml"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range s.Devices {
+		if d.Name != "all" && d.Annotations[contract.SharedReplicasAnnotation] != "4" {
+			t.Errorf("CDI device %s: replicas annotation %q, want 4", d.Name, d.Annotations[contract.SharedReplicasAnnotation])
+		}
 	}
 }

@@ -86,3 +86,23 @@ func TestMIGDeviceWithoutCaps(t *testing.T) {
 		t.Errorf("MIG device without access nodes: %v", err)
 	}
 }
+
+// A shared GPU's and a shared MIG device's CDI devices carry their replica
+// count; others none; an unknown UUID is refused.
+func TestSharedReplicasAnnotation(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb*2,mig=1:1g.10gb*2")
+	whole, mig := node.Devices[0].UUID, node.Devices[1].MIG[1].UUID
+	s, err := spec.New(spec.WithDriverRoot(root), spec.WithSharedReplicas(map[string]int{whole: 4, mig: 2})).Generate(node, node.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{whole: "4", mig: "2", node.Devices[1].MIG[0].UUID: ""}
+	for _, d := range s.Devices {
+		if w, ok := want[d.Name]; ok && d.Annotations[contract.SharedReplicasAnnotation] != w {
+			t.Errorf("%s: replicas annotation %q, want %q", d.Name, d.Annotations[contract.SharedReplicasAnnotation], w)
+		}
+	}
+	if _, err := spec.New(spec.WithDriverRoot(root), spec.WithSharedReplicas(map[string]int{"GPU-nope": 2})).Generate(node, node.Devices); err == nil || !strings.Contains(err.Error(), "GPU-nope") {
+		t.Errorf("unknown shared device: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -76,6 +77,7 @@ type Generator struct {
 	hostDriverRoot string
 	names          NameStrategy
 	hookBinary     string
+	replicas       map[string]int
 }
 
 // Option configures a Generator.
@@ -104,6 +106,13 @@ func WithNameStrategy(s NameStrategy) Option { return func(g *Generator) { g.nam
 // and update-ldcache so the container's ld.so.cache lists the driver's
 // libraries. Empty (the default): no hooks; the links are bind mounts.
 func WithHookBinary(p string) Option { return func(g *Generator) { g.hookBinary = p } }
+
+// WithSharedReplicas records, on the CDI device of each GPU or MIG device
+// UUID in replicas, how many pods may share it (time-slicing), for
+// nvinject-nri's check.
+func WithSharedReplicas(replicas map[string]int) Option {
+	return func(g *Generator) { g.replicas = replicas }
+}
 
 // New returns a Generator.
 func New(opts ...Option) *Generator {
@@ -167,7 +176,8 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 					return nil, fmt.Errorf("MIG device %s on GPU %d has no /dev/nvidia-caps access nodes; check /proc/driver/nvidia/capabilities/gpu%d/mig", m.UUID, d.Index, d.Minor)
 				}
 				edits := migEdits(m)
-				ann := map[string]string{contract.GPUIndexAnnotation: strconv.Itoa(d.Index), contract.MIGParentAnnotation: d.UUID, contract.MIGProfileAnnotation: m.Profile}
+				ann := g.annotations(d, m.UUID)
+				ann[contract.MIGParentAnnotation], ann[contract.MIGProfileAnnotation] = d.UUID, m.Profile
 				s.Devices = append(s.Devices, specs.Device{Name: m.UUID, Annotations: ann, ContainerEdits: edits})
 				if g.names == NameIndex {
 					s.Devices = append(s.Devices, specs.Device{Name: MIGIndexName(d.Index, i), Annotations: ann, ContainerEdits: edits})
@@ -176,10 +186,15 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 			continue
 		}
 		edits := g.deviceEdits(d)
-		ann := map[string]string{contract.GPUIndexAnnotation: strconv.Itoa(d.Index)}
+		ann := g.annotations(d, d.UUID)
 		s.Devices = append(s.Devices, specs.Device{Name: d.UUID, Annotations: ann, ContainerEdits: edits})
 		if g.names == NameIndex {
 			s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(d.Index), Annotations: ann, ContainerEdits: edits})
+		}
+	}
+	for u := range g.replicas {
+		if !slices.ContainsFunc(s.Devices, func(d specs.Device) bool { return d.Name == u }) {
+			return nil, fmt.Errorf("shared device %s is not among the spec's GPUs and MIG devices; share a published one", u)
 		}
 	}
 	var all specs.ContainerEdits
@@ -211,6 +226,15 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 		return nil, fmt.Errorf("generated CDI spec is invalid: %w", err)
 	}
 	return s, nil
+}
+
+// annotations of the CDI device of uuid, d itself or one of its MIG devices.
+func (g *Generator) annotations(d gpu.Device, uuid string) map[string]string {
+	ann := map[string]string{contract.GPUIndexAnnotation: strconv.Itoa(d.Index)}
+	if n, ok := g.replicas[uuid]; ok {
+		ann[contract.SharedReplicasAnnotation] = strconv.Itoa(n)
+	}
+	return ann
 }
 
 func (g *Generator) deviceEdits(d gpu.Device) specs.ContainerEdits {

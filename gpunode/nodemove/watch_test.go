@@ -55,8 +55,8 @@ func devs(resource string, ids ...string) *podresv1.ContainerDevices {
 var (
 	gpus = []gpu.Device{{UUID: "GPU-a", Index: 0}, {UUID: "GPU-b", Index: 1}, {UUID: "GPU-c", Index: 2, MIGEnabled: true, MIG: []gpu.MIGDevice{
 		{UUID: "MIG-c0", ParentUUID: "GPU-c", Profile: "3g.40gb", GPUInstance: 1}, {UUID: "MIG-c1", ParentUUID: "GPU-c", Profile: "1g.10gb", GPUInstance: 2}}}}
-	dp   = DevicePluginPods("nvidia.com/gpu")
-	dra  = DRAClaims(contract.DRADriver)
+	dp  = DevicePluginPods("nvidia.com/gpu")
+	dra = DRAClaims(contract.DRADriver)
 )
 
 func TestPoll(t *testing.T) {

@@ -81,6 +81,10 @@ const (
 	// device are its parent GPU's UUID and its profile (1g.10gb).
 	MIGParentAnnotation  = "nvinject.io/mig-parent"
 	MIGProfileAnnotation = "nvinject.io/mig-profile"
+	// SharedReplicasAnnotation on a GPU's or MIG device's CDI device is
+	// how many containers of different pods may hold it at once under
+	// time-slicing (absent: one).
+	SharedReplicasAnnotation = "nvinject.io/shared-replicas"
 	// DriverVersionAnnotation on a CDI spec is the driver it was made from.
 	DriverVersionAnnotation = "nvinject.io/driver-version"
 	// SimulatedAnnotation marks a CDI spec made from a SIMULATED GPU.

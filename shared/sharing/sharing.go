@@ -40,7 +40,7 @@ type TimeSlicing struct {
 	RenameByDefault bool `json:"renameByDefault,omitempty"`
 	// FailRequestsGreaterThanOne refuses a container asking for more than
 	// one replica: two replicas of one GPU are not twice the GPU.
-	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
+	FailRequestsGreaterThanOne bool       `json:"failRequestsGreaterThanOne,omitempty"`
 	Resources                  []Resource `json:"resources"`
 }
 
