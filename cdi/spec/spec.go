@@ -192,6 +192,9 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 			s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(d.Index), Annotations: ann, ContainerEdits: edits})
 		}
 	}
+	if len(s.Devices) == 0 {
+		return nil, errors.New("no device to put in the CDI spec: the selected GPUs have MIG mode on without MIG devices; create MIG devices (nvidia-smi mig -cgi <profiles> -C) or disable MIG (nvidia-smi -mig 0)")
+	}
 	for u := range g.replicas {
 		if !slices.ContainsFunc(s.Devices, func(d specs.Device) bool { return d.Name == u }) {
 			return nil, fmt.Errorf("shared device %s is not among the spec's GPUs and MIG devices; share a published one", u)

@@ -88,7 +88,7 @@ func (e *Encoder) Check(ids []string) error {
 		return nil
 	}
 	for _, id := range ids {
-		if _, err := cdi.AnnotationKey(e.prefix, id); err != nil {
+		if _, err := cdi.AnnotationKey(e.prefix, keyName(id)); err != nil {
 			return fmt.Errorf("--cdi-annotation-prefix=%q cannot form a CDI annotation key for device %q (%w); use a shorter prefix of letters, digits, '.', '-' and '_'", e.prefix, id, err)
 		}
 	}
@@ -96,14 +96,15 @@ func (e *Encoder) Check(ids []string) error {
 }
 
 // Encode returns one container's allocation for its device IDs (in request
-// order) and their qualified CDI names.
+// order) and their qualified CDI names, each once: replicas of one shared
+// GPU are one name.
 func (e *Encoder) Encode(ids, names []string) (Allocation, error) {
-	if len(ids) == 0 || len(ids) != len(names) {
+	if len(ids) == 0 || len(names) == 0 || len(names) > len(ids) {
 		return Allocation{}, fmt.Errorf("allocate: %d device IDs for %d CDI names", len(ids), len(names))
 	}
 	var a Allocation
 	if e.has(StrategyAnnotations) {
-		ann, err := cdi.UpdateAnnotations(nil, e.prefix, ids[0], names)
+		ann, err := cdi.UpdateAnnotations(nil, e.prefix, keyName(ids[0]), names)
 		if err != nil {
 			return Allocation{}, fmt.Errorf("allocate %v: %w", ids, err)
 		}
@@ -124,6 +125,12 @@ func (e *Encoder) Encode(ids, names []string) (Allocation, error) {
 	}
 	return a, nil
 }
+
+// keyName is a device ID as an annotation key's name part, which allows no
+// ':': MIG index IDs ("1:0") and replica IDs ("GPU-…::2") use it. The key
+// only has to be unique among one container's annotations; the decoder
+// reads values.
+func keyName(id string) string { return strings.ReplaceAll(id, ":", ".") }
 
 // Decoder reads the CDI names of one container's allocation.
 type Decoder struct {

@@ -12,7 +12,8 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{StrategyAnnotations}, {StrategyCRI}, {StrategyNRI},
 		DefaultStrategies(), AllStrategies(),
 	} {
-		for _, ids := range [][]string{{"GPU-aaaa", "GPU-bbbb"}, {"0", "1"}} {
+		// MIG index IDs and replica IDs hold the ":" an annotation key cannot.
+		for _, ids := range [][]string{{"GPU-aaaa", "GPU-bbbb"}, {"0", "1"}, {"1:0", "1:1"}, {"GPU-aaaa::0", "GPU-bbbb::3"}} {
 			enc, err := NewEncoder(AnnotationPrefix, strategies...)
 			if err != nil {
 				t.Fatal(err)
@@ -148,4 +149,16 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestMIGResourceName(t *testing.T) {
+	for _, tc := range []struct{ gpu, profile, want string }{
+		{"nvidia.com/gpu", "1g.10gb", "nvidia.com/mig-1g.10gb"},
+		{"example.com/accel", "3g.40gb", "example.com/mig-3g.40gb"},
+		{"nvidia.com/gpu", "1g.10gb+me", "nvidia.com/mig-1g.10gb.me"},
+	} {
+		if got := MIGResourceName(tc.gpu, tc.profile); got != tc.want {
+			t.Errorf("MIGResourceName(%s, %s) = %s, want %s", tc.gpu, tc.profile, got, tc.want)
+		}
+	}
 }

@@ -112,13 +112,15 @@ const CapsDir = "/dev/nvidia-caps"
 
 // MIGResourceName is the extended resource MIG devices of profile are
 // published as under --mig-strategy=mixed, in the domain of the whole GPUs'
-// resource: nvidia.com/gpu gives nvidia.com/mig-1g.10gb, NVIDIA's names.
+// resource: nvidia.com/gpu gives nvidia.com/mig-1g.10gb, NVIDIA's names. A
+// resource name allows no '+', so media-extension profiles ("1g.10gb+me")
+// read "mig-1g.10gb.me".
 func MIGResourceName(gpuResource, profile string) string {
 	domain, _, ok := strings.Cut(gpuResource, "/")
 	if !ok {
 		domain = CDIVendor
 	}
-	return domain + "/mig-" + profile
+	return domain + "/mig-" + strings.ReplaceAll(profile, "+", ".")
 }
 
 // MIGDeviceIndexID is a MIG device's ID under DEVICE_ID_STRATEGY=index and

@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/sharing"
 )
 
 // IDStrategy says which device IDs kubelet sees.
@@ -34,6 +36,11 @@ type Config struct {
 	AnnotationPrefix string
 	Strategies       []contract.Strategy
 	IDStrategy       IDStrategy
+	// SharingConfig is the time-slicing file (NVIDIA's format); Sharing
+	// what it says, empty when the file is absent (its ConfigMap is
+	// optional).
+	SharingConfig string
+	Sharing       sharing.Config
 }
 
 // KubeletSocket is the kubelet's registration socket.
@@ -43,7 +50,8 @@ func (c Config) KubeletSocket() string { return filepath.Join(c.KubeletDir, "kub
 func (c Config) Attrs() []any {
 	return append(c.Config.Attrs(),
 		"kubelet_dir", c.KubeletDir, "plugin_socket", c.PluginSocket, "cdi_annotation_prefix", c.AnnotationPrefix,
-		"device_list_strategy", strings.Join(strategyNames(c.Strategies), ","), "device_id_strategy", string(c.IDStrategy))
+		"device_list_strategy", strings.Join(strategyNames(c.Strategies), ","), "device_id_strategy", string(c.IDStrategy),
+		"sharing_config", c.SharingConfig, "time_sliced_resources", len(c.Sharing.Sharing.TimeSlicing.Resources))
 }
 
 // Load parses args (without the program name), help to stdout and
@@ -67,6 +75,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&c.AnnotationPrefix, "cdi-annotation-prefix", contract.AnnotationPrefix, "plugin name in cdi.k8s.io/<prefix>_<device-id> annotation keys")
 	fs.StringVar(&strategies, "device-list-strategy", strings.Join(strategyNames(contract.DefaultStrategies()), ","), "how Allocate passes CDI names: cdi-annotations, cdi-cri, nri (comma list)")
 	fs.StringVar(&idStrategy, "device-id-strategy", string(IDUUID), "device IDs kubelet sees: uuid or index")
+	fs.StringVar(&c.SharingConfig, "sharing-config", "", "time-slicing configuration file in NVIDIA's device plugin format (version: v1, sharing.timeSlicing); absent file: no sharing")
 	// The seed's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("device-list-strategy", "DEVICE_LIST_STRATEGY")
 	cmd.Env("device-id-strategy", "DEVICE_ID_STRATEGY")
@@ -85,6 +94,18 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	}
 	if c.IDStrategy, err = ParseIDStrategy(idStrategy); err != nil {
 		errs = append(errs, err)
+	}
+	if c.SharingConfig != "" {
+		data, err := os.ReadFile(c.SharingConfig)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--sharing-config=%s: %w", c.SharingConfig, err))
+		default:
+			if c.Sharing, err = sharing.Parse(data); err != nil {
+				errs = append(errs, fmt.Errorf("--sharing-config=%s: %w", c.SharingConfig, err))
+			}
+		}
 	}
 	if c.PluginSocket == "" || c.PluginSocket == "kubelet.sock" || strings.ContainsRune(c.PluginSocket, '/') {
 		errs = append(errs, fmt.Errorf("--plugin-socket=%q is not valid; give a plain file name other than kubelet.sock", c.PluginSocket))

@@ -7,8 +7,13 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +29,8 @@ import (
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 	"github.com/nvinject/nvinject/shared/httpserve"
 )
 
@@ -67,10 +74,10 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 		d.id = devices.ByIndex
 	}
 	d.node = gpunode.New(cfg.Config, log, append([]gpunode.Option{
-		gpunode.WithReady(d.protocolReady),
+		gpunode.WithReady(d.protocolReady), gpunode.WithSharing(cfg.Sharing),
 		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
 			Events: contract.MetricHealthEvents, Healthy: contract.MetricDeviceHealthy,
-			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy.", DeviceLabel: "device_id", DeviceID: d.id,
+			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy.", DeviceLabel: "device_id", DeviceID: func(g gpu.Device) string { return d.id(gpuselect.Unit{GPU: g}) },
 		}),
 	}, d.nodeOpts...)...)
 	return d
@@ -101,25 +108,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return d.node.Run(ctx, func(ctx context.Context, g gpunode.GPUs) error { return d.serve(ctx, g, m) })
 }
 
-// serve publishes the node's GPUs to kubelet: the PodResources poll and
-// kubelet registration run until ctx ends or one of them fails; it returns
-// after all of them did.
+// serve publishes the node's GPUs to kubelet: one DevicePlugin service
+// and registration per resource (nvidia.com/gpu, and under
+// MIG_STRATEGY=mixed each nvidia.com/mig-<profile>), each shared resource
+// as its replicas, and the PodResources poll; all run until ctx ends or
+// one of them fails, and it returns after all of them did.
 func (d *Daemon) serve(ctx context.Context, gpus gpunode.GPUs, m *metrics.Metrics) error {
 	published := gpus.Published
-	table, err := devices.New(gpus.Node, published, d.id, gpus.CDIName)
+	resources, err := gpuselect.Resources(published, d.cfg.MIGStrategy, d.cfg.ResourceName)
 	if err != nil {
 		return err
 	}
 	resp, err := d.responder()
 	if err != nil {
-		return err
-	}
-	ids := make([]string, 0, len(published))
-	for _, e := range table.Entries() {
-		ids = append(ids, e.ID)
-		d.log.Info("publishing GPU", "id", e.ID, "uuid", e.Device.UUID, "name", e.Device.Name, "numa", e.Device.NUMANode, "cdi_device", e.CDIName)
-	}
-	if err := resp.Check(ids); err != nil {
 		return err
 	}
 
@@ -143,18 +144,19 @@ func (d *Daemon) serve(ctx context.Context, gpus gpunode.GPUs, m *metrics.Metric
 	} else {
 		d.log.Warn("--pod-resources-socket is empty: GPUs held by DRA pods are not protected; a device-plugin pod may get a GPU a DRA claim still uses (a node moved back from DRA under running pods)")
 	}
-	svc := plugin.New(table, gpus.Health, resp, m, d.log, svcOpts...)
-	registrar := kubelet.New(d.cfg.KubeletDir, d.cfg.PluginSocket, d.cfg.ResourceName, svc,
-		kubelet.WithLogger(d.log), kubelet.WithPoll(d.poll), kubelet.WithStopService(svc.Stop),
-		kubelet.WithOnRegister(func(err error) {
-			if err != nil {
-				m.Registrations.WithLabelValues("error").Inc()
-				d.ready.SetNotReady("not registered with kubelet: " + err.Error())
-				return
-			}
-			m.Registrations.WithLabelValues("ok").Inc()
-			d.ready.SetReady()
-		}))
+
+	var served []served
+	for _, r := range resources {
+		if len(r.Units) == 0 {
+			continue
+		}
+		sv, err := d.resource(gpus, r, resp, m, svcOpts)
+		if err != nil {
+			return err
+		}
+		served = append(served, sv)
+	}
+	reg := newRegistrations(served, d.ready)
 
 	g, ctx := errgroup.WithContext(ctx)
 	if follow != nil {
@@ -172,10 +174,115 @@ func (d *Daemon) serve(ctx context.Context, gpus gpunode.GPUs, m *metrics.Metric
 				return nil
 			}
 		}
-		d.ready.SetNotReady("not registered with kubelet yet (waiting for " + d.cfg.KubeletSocket() + ")")
-		return registrar.Run(ctx)
+		reg.waiting(d.cfg.KubeletSocket())
+		rg, ctx := errgroup.WithContext(ctx)
+		for _, sv := range served {
+			r := kubelet.New(d.cfg.KubeletDir, sv.socket, sv.name, sv.svc,
+				kubelet.WithLogger(d.log.With("resource", sv.name)), kubelet.WithPoll(d.poll), kubelet.WithStopService(sv.svc.Stop),
+				kubelet.WithOnRegister(func(err error) {
+					if err != nil {
+						m.Registrations.WithLabelValues("error").Inc()
+					} else {
+						m.Registrations.WithLabelValues("ok").Inc()
+					}
+					reg.set(sv.name, err)
+				}))
+			rg.Go(func() error { return r.Run(ctx) })
+		}
+		return rg.Wait()
 	})
 	return g.Wait()
+}
+
+// served is one resource the plugin serves: its name, socket and service.
+type served struct {
+	name, socket string
+	svc          *plugin.Server
+}
+
+// resource builds the service of one resource: its table (replicas when
+// shared) and its socket in --kubelet-dir.
+func (d *Daemon) resource(gpus gpunode.GPUs, r gpuselect.Resource, resp *allocate.Responder, m *metrics.Metrics, svcOpts []plugin.Option) (served, error) {
+	sv := served{name: r.Name, socket: d.cfg.PluginSocket}
+	if r.Profile != "" && r.Name != d.cfg.ResourceName {
+		_, name, _ := strings.Cut(r.Name, "/")
+		sv.socket = strings.TrimSuffix(d.cfg.PluginSocket, ".sock") + "-" + name + ".sock"
+	}
+	if n := len(filepath.Join(d.cfg.KubeletDir, sv.socket)); n > 107 {
+		return served{}, fmt.Errorf("resource %s: socket %s in --kubelet-dir=%s is %d bytes, over the 107 unix sockets allow; give a shorter --plugin-socket", r.Name, sv.socket, d.cfg.KubeletDir, n)
+	}
+	var tableOpts []devices.Option
+	opts := slices.Clone(svcOpts)
+	if rep, ok := gpus.Sharing.For(r.Name); ok {
+		sv.name = rep.Name
+		tableOpts = append(tableOpts, devices.WithReplicas(rep.Replicas))
+		if rep.FailRequestsGreaterThanOne {
+			opts = append(opts, plugin.WithOneReplicaPerContainer())
+		}
+	}
+	table, err := devices.New(gpus.Node, r.Units, d.id, gpus.CDIName, tableOpts...)
+	if err != nil {
+		return served{}, err
+	}
+	ids := make([]string, 0, len(table.Entries()))
+	for i, e := range table.Entries() {
+		ids = append(ids, e.ID)
+		if i%table.Replicas() != 0 {
+			continue
+		}
+		attrs := []any{"resource", sv.name, "id", e.ID, "uuid", e.UUID, "name", e.Device.Name, "numa", e.Device.NUMANode, "cdi_device", e.CDIName}
+		if e.MIG != nil {
+			attrs = append(attrs, "profile", e.MIG.Profile, "parent", e.Device.UUID)
+		}
+		if table.Replicas() > 1 {
+			attrs = append(attrs, "replicas", table.Replicas())
+		}
+		d.log.Info("publishing GPU", attrs...)
+	}
+	if err := resp.Check(ids); err != nil {
+		return served{}, err
+	}
+	sv.svc = plugin.New(table, gpus.Health, resp, m, d.log, opts...)
+	return sv, nil
+}
+
+// registrations is whether each served resource is registered with
+// kubelet: the plugin is ready once all are.
+type registrations struct {
+	mu    sync.Mutex
+	ready *httpserve.Readiness
+	names []string
+	errs  map[string]error
+}
+
+var errNotYet = errors.New("not registered yet")
+
+func newRegistrations(served []served, ready *httpserve.Readiness) *registrations {
+	r := &registrations{ready: ready, errs: map[string]error{}}
+	for _, s := range served {
+		r.names = append(r.names, s.name)
+		r.errs[s.name] = errNotYet
+	}
+	return r
+}
+
+func (r *registrations) waiting(socket string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ready.SetNotReady("not registered with kubelet yet (waiting for " + socket + ")")
+}
+
+func (r *registrations) set(name string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs[name] = err
+	for _, n := range r.names {
+		if e := r.errs[n]; e != nil {
+			r.ready.SetNotReady(fmt.Sprintf("%s not registered with kubelet: %v", n, e))
+			return
+		}
+	}
+	r.ready.SetReady()
 }
 
 // awaitMonitoring holds registration until health monitoring is armed and

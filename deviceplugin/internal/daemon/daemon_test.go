@@ -41,6 +41,10 @@ type rig struct {
 	done    chan error
 	cfg     config.Config
 	d       *Daemon
+	// expect is each resource the daemon registers, by its socket; clients
+	// are connected to each once registered.
+	expect  map[string]string
+	clients map[string]pluginapi.DevicePluginClient
 }
 
 // roots are the simulated driver roots, one per node shape.
@@ -54,7 +58,14 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 func start(t testing.TB, nvml string, args ...string) *rig {
 	t.Helper()
-	r := &rig{dir: kubelettest.Dir(t)}
+	return startExpecting(t, map[string]string{"nvidia.com/gpu": "nvinject-gpu.sock"}, nvml, args...)
+}
+
+// startExpecting starts a daemon that registers exactly the resources of
+// expect, each on its socket.
+func startExpecting(t testing.TB, expect map[string]string, nvml string, args ...string) *rig {
+	t.Helper()
+	r := &rig{dir: kubelettest.Dir(t), expect: expect}
 	r.kubelet = kubelettest.Start(t, r.dir)
 	base := []string{"--nvml=" + nvml, "--kubelet-dir=" + r.dir, "--cdi-spec-dir=" + filepath.Join(r.dir, "cdi"),
 		"--state-dir=" + filepath.Join(r.dir, "state"),
@@ -90,23 +101,38 @@ func (r *rig) run(t testing.TB, opts ...Option) {
 	go func() { done <- d.Run(ctx) }()
 	r.stop = func() { cancel(); <-done }
 	t.Cleanup(func() { cancel() })
-	req := r.kubelet.WaitRegister(t, 10*time.Second)
-	if req.Version != pluginapi.Version || req.ResourceName != "nvidia.com/gpu" || req.Endpoint != "nvinject-gpu.sock" || !req.GetOptions().GetGetPreferredAllocationAvailable() {
-		t.Fatalf("Register request = %v", req)
+	r.clients = map[string]pluginapi.DevicePluginClient{}
+	for range r.expect {
+		req := r.kubelet.WaitRegister(t, 10*time.Second)
+		if want, ok := r.expect[req.ResourceName]; req.Version != pluginapi.Version || !ok || req.Endpoint != want || !req.GetOptions().GetGetPreferredAllocationAvailable() || r.clients[req.ResourceName] != nil {
+			t.Fatalf("Register request = %v; want one per resource of %v", req, r.expect)
+		}
+		r.clients[req.ResourceName] = kubelettest.Dial(t, r.dir, req.Endpoint)
 	}
-	r.client = kubelettest.Dial(t, r.dir, req.Endpoint)
+	for res := range r.expect {
+		r.client = r.clients[res]
+		if res == "nvidia.com/gpu" {
+			break
+		}
+	}
 }
 
 // watch opens ListAndWatch as kubelet does and returns a function that
 // reads the next list.
 func (r *rig) watch(t testing.TB) func() []*pluginapi.Device {
 	t.Helper()
+	return watchClient(t, r.client)
+}
+
+// watchClient is watch on one resource's service.
+func watchClient(t testing.TB, client pluginapi.DevicePluginClient) func() []*pluginapi.Device {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if _, err := r.client.GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
+	if _, err := client.GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := r.client.ListAndWatch(ctx, &pluginapi.Empty{})
+	stream, err := client.ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
 		t.Fatal(err)
 	}

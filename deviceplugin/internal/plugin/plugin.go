@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -42,6 +43,10 @@ type Server struct {
 	metrics  *metrics.Metrics
 	log      *slog.Logger
 
+	// oneReplica refuses a container asking for more than one device of a
+	// shared resource (failRequestsGreaterThanOne).
+	oneReplica bool
+
 	stopOnce sync.Once
 	stopped  chan struct{}
 }
@@ -51,6 +56,11 @@ type Option func(*Server)
 
 // WithWithheld publishes the GPUs w withholds Unhealthy (default: none).
 func WithWithheld(w Withheld) Option { return func(s *Server) { s.withheld = w } }
+
+// WithOneReplicaPerContainer refuses a container that asks for more than
+// one replica of a shared resource (time-slicing's
+// failRequestsGreaterThanOne): two replicas of one GPU are not two GPUs.
+func WithOneReplicaPerContainer() Option { return func(s *Server) { s.oneReplica = true } }
 
 // New returns the service.
 func New(table *devices.Table, health Health, resp *allocate.Responder, m *metrics.Metrics, log *slog.Logger, opts ...Option) *Server {
@@ -67,10 +77,23 @@ type none struct{}
 func (none) Withheld(string) (string, bool)       { return "", false }
 func (none) Subscribe() (<-chan struct{}, func()) { return nil, func() {} }
 
-// available says whether the GPU may be handed out: Healthy and not withheld.
-func (s *Server) available(uuid string) bool {
-	_, held := s.withheld.Withheld(uuid)
-	return !held && s.health.Healthy(uuid)
+// heldWhy says why e must not be handed out because another path holds
+// it: the unit itself, or for a MIG device its parent.
+func (s *Server) heldWhy(e devices.Entry) (string, bool) {
+	if why, held := s.withheld.Withheld(e.UUID); held {
+		return why, true
+	}
+	if e.UUID != e.Device.UUID {
+		return s.withheld.Withheld(e.Device.UUID)
+	}
+	return "", false
+}
+
+// available says whether the device may be handed out: its GPU (a MIG
+// device's parent) Healthy, and neither withheld.
+func (s *Server) available(e devices.Entry) bool {
+	_, held := s.heldWhy(e)
+	return !held && s.health.Healthy(e.Device.UUID)
 }
 
 // Stop ends every ListAndWatch stream, so a graceful gRPC stop completes.
@@ -88,7 +111,7 @@ func (s *Server) List() []*pluginapi.Device {
 	out := make([]*pluginapi.Device, len(entries))
 	for i, e := range entries {
 		d := &pluginapi.Device{ID: e.ID, Health: pluginapi.Unhealthy}
-		if s.available(e.Device.UUID) {
+		if s.available(e) {
 			d.Health = pluginapi.Healthy
 		}
 		if e.Device.NUMANode >= 0 {
@@ -158,13 +181,17 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	resp := &pluginapi.AllocateResponse{}
 	for _, c := range req.GetContainerRequests() {
 		ids := c.GetDevicesIds()
+		if s.oneReplica && len(ids) > 1 {
+			s.metrics.Allocations.WithLabelValues("refused").Inc()
+			return nil, status.Errorf(codes.InvalidArgument, "allocate: %d replicas of a shared GPU asked for one container, and failRequestsGreaterThanOne is set: replicas of one GPU are not more GPUs; ask for 1", len(ids))
+		}
 		names := make([]string, 0, len(ids))
 		var unknown, held, unhealthy []string
 		for _, id := range ids {
 			e, ok := s.table.Lookup(id)
 			why, withheld := "", false
 			if ok {
-				why, withheld = s.withheld.Withheld(e.Device.UUID)
+				why, withheld = s.heldWhy(e)
 			}
 			switch {
 			case !ok:
@@ -173,7 +200,8 @@ func (s *Server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 				held = append(held, id+" ("+why+")")
 			case !s.health.Healthy(e.Device.UUID):
 				unhealthy = append(unhealthy, id)
-			default:
+			case !slices.Contains(names, e.CDIName):
+				// Two replicas of one GPU are one device in the container.
 				names = append(names, e.CDIName)
 			}
 		}
