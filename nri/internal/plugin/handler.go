@@ -96,7 +96,7 @@ type Handler struct {
 	vendor    string
 	class     string
 	resource  string
-	inventory map[string]int64
+	inventory *verify.Inventory
 	deadline  time.Duration
 	// inflight counts requests still running after their deadline refused them.
 	inflight sync.WaitGroup
@@ -145,8 +145,8 @@ func WithKind(vendor, class string) Option {
 // compared (default "nvidia.com/gpu").
 func WithResourceName(r string) Option { return func(h *Handler) { h.resource = r } }
 
-// WithInventory sets the node's UUID→minor map discovered at start.
-func WithInventory(m map[string]int64) Option { return func(h *Handler) { h.inventory = m } }
+// WithInventory sets the node's GPUs and MIG devices discovered at start.
+func WithInventory(inv *verify.Inventory) Option { return func(h *Handler) { h.inventory = inv } }
 
 // WithRequestDeadline sets how long CreateContainer and the validation may
 // take before the plugin refuses the container (default

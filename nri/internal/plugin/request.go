@@ -159,7 +159,7 @@ func allocated(res resolve.Result) ([]verify.GPU, error) {
 		for _, n := range d.Edits.DeviceNodes {
 			nodes = append(nodes, filled[n.Path])
 		}
-		gpus, err := verify.FromEdits(d.Name, nodes, d.Edits.Env)
+		gpus, err := verify.FromEdits(d.Name, nodes, d.Edits.Env, d.Annotations)
 		if err != nil {
 			return nil, err
 		}
