@@ -18,6 +18,20 @@ type GPU struct {
 	MemoryMiB uint64 `json:"memoryMiB"`
 	PCIBusID  string `json:"pciBusID"`
 	MIG       bool   `json:"mig"`
+	// MIGDevices are the GPU's MIG devices when MIG mode is on.
+	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+}
+
+// MIGDevice is one simulated MIG device. CIAccessMinor is the minor of
+// /dev/nvidia-caps/nvidia-cap<minor> granting its compute instance: a
+// container sees the MIG device only with that node, as with real NVML.
+type MIGDevice struct {
+	UUID            string `json:"uuid"`
+	Profile         string `json:"profile"`
+	GPUInstance     int    `json:"gpuInstance"`
+	ComputeInstance int    `json:"computeInstance"`
+	CIAccessMinor   int    `json:"ciAccessMinor"`
+	MemoryMiB       uint64 `json:"memoryMiB"`
 }
 
 // Facts is the whole simulated node.

@@ -59,7 +59,12 @@ func Write(dir string, node gpu.Node, smi string) error {
 	}
 	facts := simfacts.Facts{Simulated: simfacts.Notice, DriverVersion: v, CUDAVersion: node.CUDAVersion}
 	for _, d := range node.Devices {
-		facts.GPUs = append(facts.GPUs, simfacts.GPU{Index: d.Index, Minor: d.Minor, UUID: d.UUID, Name: d.Name, MemoryMiB: d.MemoryBytes >> 20, PCIBusID: d.PCIBusID, MIG: d.MIGEnabled})
+		g := simfacts.GPU{Index: d.Index, Minor: d.Minor, UUID: d.UUID, Name: d.Name, MemoryMiB: d.MemoryBytes >> 20, PCIBusID: d.PCIBusID, MIG: d.MIGEnabled}
+		for _, m := range d.MIG {
+			g.MIGDevices = append(g.MIGDevices, simfacts.MIGDevice{UUID: m.UUID, Profile: m.Profile, GPUInstance: m.GPUInstance, ComputeInstance: m.ComputeInstance,
+				CIAccessMinor: int(m.CIAccess.Minor), MemoryMiB: m.MemoryBytes >> 20})
+		}
+		facts.GPUs = append(facts.GPUs, g)
 	}
 	data, err := json.MarshalIndent(facts, "", "  ")
 	if err != nil {

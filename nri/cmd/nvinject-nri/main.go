@@ -27,6 +27,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/simfault"
+	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/httpserve"
@@ -94,7 +95,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		log.Info("GPU inventory read", "gpus", len(inv), "nvml", cfg.NVML)
+		log.Info("GPU inventory read", "gpus", len(inv.GPUs), "mig_devices", len(inv.MIG), "nvml", cfg.NVML)
 		opts = append(opts, plugin.WithInventory(inv))
 	}
 	if cfg.PodResourcesSocket != "" {
@@ -165,9 +166,9 @@ func apiClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
 	return c, nil
 }
 
-// inventory reads the node's UUID→minor map once; the hot path never asks
-// NVML again.
-func inventory(ctx context.Context, cfg config.Config) (map[string]int64, error) {
+// inventory reads the node's GPUs and MIG devices once; the hot path never
+// asks NVML again.
+func inventory(ctx context.Context, cfg config.Config) (*verify.Inventory, error) {
 	b, err := backend.Open(cfg.NVML, backend.Options{DriverRoot: cfg.DriverRoot})
 	if err != nil {
 		return nil, err
@@ -177,9 +178,5 @@ func inventory(ctx context.Context, cfg config.Config) (map[string]int64, error)
 	if err != nil {
 		return nil, fmt.Errorf("discover GPUs with --nvml=%s: %w", cfg.NVML, err)
 	}
-	inv := make(map[string]int64, len(node.Devices))
-	for _, d := range node.Devices {
-		inv[d.UUID] = int64(d.Minor)
-	}
-	return inv, nil
+	return verify.InventoryOf(node), nil
 }

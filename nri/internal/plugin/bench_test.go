@@ -20,6 +20,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/nritest"
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -48,12 +49,8 @@ func BenchmarkCreateContainer(b *testing.B) {
 		b.Fatalf("fixture specs failed to load: %v", errs)
 	}
 	col, _ := collect.New()
-	inv := map[string]int64{}
-	for _, d := range node.Devices {
-		inv[d.UUID] = int64(d.Minor)
-	}
 	h := plugin.NewHandler(col, res, plugin.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		plugin.WithMetrics(metrics.New(prometheus.NewRegistry())), plugin.WithInventory(inv))
+		plugin.WithMetrics(metrics.New(prometheus.NewRegistry())), plugin.WithInventory(verify.InventoryOf(node.Node)))
 
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(node.SpecDir), cdi.WithAutoRefresh(false))
 	if err != nil {

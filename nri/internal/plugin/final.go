@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nvinject/nvinject/nri/internal/verify"
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
@@ -80,18 +81,29 @@ func (f final) nodes() []verify.Node {
 	return out
 }
 
-var gpuNodePath = regexp.MustCompile(`^/dev/nvidia([0-9]+)$`)
+var (
+	gpuNodePath  = regexp.MustCompile(`^/dev/nvidia([0-9]+)$`)
+	capsNodePath = regexp.MustCompile(`^` + regexp.QuoteMeta(contract.CapsDir) + `/nvidia-cap([0-9]+)$`)
+)
 
-// access lists every way the container reaches a GPU: device nodes, bind
-// mounts of a host /dev/nvidiaN, and device cgroup rules that grant read
-// or write on one GPU (195:N).
+// access lists every way the container reaches a GPU or a MIG capability:
+// device nodes, bind mounts of a host /dev/nvidiaN or
+// /dev/nvidia-caps/nvidia-capN (its minor read from its name, as the
+// driver names them), and device cgroup rules that grant read or write on
+// one device (195:N, or a caps node's numbers).
 func (f final) access() []verify.Node {
 	out := f.nodes()
 	for _, m := range f.mounts {
-		if g := gpuNodePath.FindStringSubmatch(m.GetSource()); g != nil {
+		src := m.GetSource()
+		if g := gpuNodePath.FindStringSubmatch(src); g != nil {
 			minor, err := strconv.ParseInt(g[1], 10, 64)
 			if err == nil {
-				out = append(out, verify.Node{Path: "bind mount of " + m.GetSource(), Type: "c", Major: gpu.NVIDIAMajor, Minor: minor})
+				out = append(out, verify.Node{Path: "bind mount of " + src, Type: "c", Major: gpu.NVIDIAMajor, Minor: minor})
+			}
+		}
+		if c := capsNodePath.FindStringSubmatch(src); c != nil {
+			if minor, err := strconv.ParseInt(c[1], 10, 64); err == nil {
+				out = append(out, verify.Node{Path: "bind mount of " + src, Type: "c", Minor: minor})
 			}
 		}
 	}

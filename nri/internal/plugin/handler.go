@@ -96,7 +96,7 @@ type Handler struct {
 	vendor    string
 	class     string
 	resource  string
-	inventory map[string]int64
+	inventory *verify.Inventory
 	deadline  time.Duration
 	// inflight counts requests still running after their deadline refused them.
 	inflight sync.WaitGroup
@@ -145,8 +145,8 @@ func WithKind(vendor, class string) Option {
 // compared (default "nvidia.com/gpu").
 func WithResourceName(r string) Option { return func(h *Handler) { h.resource = r } }
 
-// WithInventory sets the node's UUID→minor map discovered at start.
-func WithInventory(m map[string]int64) Option { return func(h *Handler) { h.inventory = m } }
+// WithInventory sets the node's GPUs and MIG devices discovered at start.
+func WithInventory(inv *verify.Inventory) Option { return func(h *Handler) { h.inventory = inv } }
 
 // WithRequestDeadline sets how long CreateContainer and the validation may
 // take before the plugin refuses the container (default
@@ -308,11 +308,12 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 		if pod == nil || !h.handlers[pod.GetRuntimeHandler()] {
 			continue
 		}
-		uuids, err := h.check(ctr)
+		gpus, err := h.check(ctr)
+		uuids := verify.UUIDs(gpus)
 		// What runs holds its GPUs, passing the check or not; events missed
 		// while disconnected are caught up here.
 		if held := recordedUUIDs(ctr, uuids); len(held) > 0 && ctr.GetState() != api.ContainerState_CONTAINER_STOPPED {
-			running[ctr.GetId()] = holderOf(pod, ctr, held)
+			running[ctr.GetId()] = holderOf(pod, ctr, h.units(held, gpus))
 		}
 		attrs := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "state", ctr.GetState().String()}
 		switch {
@@ -333,8 +334,9 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 	return nil, nil
 }
 
-// check verifies a container as it already is (no adjustment).
-func (h *Handler) check(ctr *api.Container) ([]string, error) {
+// check verifies a container as it already is (no adjustment), returning
+// the units its CDI names stand for.
+func (h *Handler) check(ctr *api.Container) ([]verify.GPU, error) {
 	names, err := h.collector.Container(ctr)
 	if err != nil {
 		return nil, err
@@ -345,7 +347,7 @@ func (h *Handler) check(ctr *api.Container) ([]string, error) {
 	}
 	final := finalOf(ctr, nil)
 	in := verify.Input{Allocated: gpus, Nodes: final.nodes(), Env: final.env, Inventory: h.inventory}
-	return verify.UUIDs(gpus), verify.Check(in)
+	return gpus, verify.Check(in)
 }
 
 // ours returns the sorted distinct names of nvinject's CDI kind.

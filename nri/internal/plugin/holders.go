@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nvinject/nvinject/nri/internal/resolve"
+	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -19,11 +21,54 @@ import (
 // --pod-resources-socket nothing is asked.
 type holder struct {
 	podUID, pod, ctr string // pod is namespace/name
-	uuids            []string
+	units            []unit
 }
 
-func holderOf(pod *api.PodSandbox, ctr *api.Container, uuids []string) holder {
-	return holder{podUID: pod.GetUid(), pod: pod.GetNamespace() + "/" + pod.GetName(), ctr: ctr.GetName(), uuids: uuids}
+func holderOf(pod *api.PodSandbox, ctr *api.Container, units []unit) holder {
+	return holder{podUID: pod.GetUid(), pod: pod.GetNamespace() + "/" + pod.GetName(), ctr: ctr.GetName(), units: units}
+}
+
+// unit is a GPU or MIG device a container holds; parent is a MIG device's
+// GPU ("" for a whole GPU, or a MIG device whose parent is not known).
+type unit struct{ uuid, parent string }
+
+// clashes reports whether u and o cannot serve two pods: the same GPU or
+// MIG device, or a whole GPU and a MIG device on it. MIG devices of one
+// GPU can.
+func (u unit) clashes(o unit) bool {
+	return u.uuid == o.uuid || (u.parent != "" && u.parent == o.uuid) || (o.parent != "" && o.parent == u.uuid)
+}
+
+// units are the held units of uuids: gpus (the container's resolved
+// units) name MIG devices' parents, else parentOf.
+func (h *Handler) units(uuids []string, gpus []verify.GPU) []unit {
+	out := make([]unit, 0, len(uuids))
+	for _, u := range uuids {
+		i := slices.IndexFunc(gpus, func(g verify.GPU) bool { return g.UUID == u })
+		if i >= 0 && gpus[i].MIG.ParentUUID != "" {
+			out = append(out, unit{u, gpus[i].MIG.ParentUUID})
+		} else {
+			out = append(out, unit{u, h.parentOf(u)})
+		}
+	}
+	return out
+}
+
+// parentOf is the GPU of MIG device uuid, from the inventory or its CDI
+// device's annotation; "" for a whole GPU or when neither knows.
+func (h *Handler) parentOf(uuid string) string {
+	if !strings.HasPrefix(uuid, "MIG-") {
+		return ""
+	}
+	if h.inventory != nil {
+		if s, ok := h.inventory.MIG[uuid]; ok {
+			return s.ParentUUID
+		}
+	}
+	if d, ok := h.resolver.Device(contract.CDIKind(h.vendor, h.class) + "=" + uuid); ok {
+		return d.Annotations[contract.MIGParentAnnotation]
+	}
+	return ""
 }
 
 // samePod: containers of one pod may share its GPU (kubelet's business).
@@ -35,20 +80,20 @@ type holders struct {
 	byCtr map[string]holder
 }
 
-// admit records container id as holding h.uuids unless a container of
-// another pod holds one of them: then it returns that container and UUID.
-// Checking and recording under one lock keeps two pods created at once
-// from both getting the GPU.
-func (r *holders) admit(id string, h holder) (holder, string, bool) {
+// admit records container id as holding h.units unless a container of
+// another pod holds one that clashes: then it returns that container and
+// the two units. Checking and recording under one lock keeps two pods
+// created at once from both getting the GPU.
+func (r *holders) admit(id string, h holder) (holder, unit, unit, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, o := range r.byCtr {
 		if o.samePod(h) {
 			continue
 		}
-		for _, u := range h.uuids {
-			if slices.Contains(o.uuids, u) {
-				return o, u, true
+		for _, u := range h.units {
+			if i := slices.IndexFunc(o.units, u.clashes); i >= 0 {
+				return o, u, o.units[i], true
 			}
 		}
 	}
@@ -56,7 +101,7 @@ func (r *holders) admit(id string, h holder) (holder, string, bool) {
 		r.byCtr = map[string]holder{}
 	}
 	r.byCtr[id] = h
-	return holder{}, "", false
+	return holder{}, unit{}, unit{}, false
 }
 
 func (r *holders) release(id string) {
@@ -116,20 +161,26 @@ func recordedUUIDs(ctr *api.Container, checked []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(out)))
 }
 
-// heldInKubelet refuses uuids that kubelet assigned a container of another
-// pod: by a device-plugin ID (a UUID, or an index that the resolved
-// devices' index annotation maps) or by a DRA claim's CDI device (the UUID
-// its edits name).
-func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, uuids []string, res resolve.Result) error {
+// heldInKubelet refuses units that clash with what kubelet assigned a
+// container of another pod: by a device-plugin ID (a UUID, or an index
+// that the resolved devices' annotations or the inventory map) or by a
+// DRA claim's CDI device (the UUIDs its edits name).
+func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []unit, res resolve.Result) error {
+	clash := func(theirs unit, who, via string) error {
+		if i := slices.IndexFunc(units, theirs.clashes); i >= 0 {
+			return h.heldError(units[i], theirs, who, via)
+		}
+		return nil
+	}
 	for _, p := range kv.pods {
 		if p.Namespace == pod.GetNamespace() && p.Name == pod.GetName() {
 			continue
 		}
 		for _, c := range p.Containers {
 			who := "container " + c.Name + " of pod " + p.Namespace + "/" + p.Name
-			for _, u := range kubeletUUIDs(c.DeviceIDs, res) {
-				if slices.Contains(uuids, u) {
-					return heldError(u, who, "through the device plugin ("+h.resource+")")
+			for _, u := range h.kubeletUUIDs(c.DeviceIDs, res) {
+				if err := clash(unit{u, h.parentOf(u)}, who, "through the device plugin ("+h.resource+")"); err != nil {
+					return err
 				}
 			}
 			for _, cl := range c.Claims {
@@ -139,8 +190,9 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, uuids []st
 						continue
 					}
 					for _, u := range deviceUUIDs(d) {
-						if slices.Contains(uuids, u) {
-							return heldError(u, who, "through DRA "+cl.String())
+						theirs := unit{u, cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u))}
+						if err := clash(theirs, who, "through DRA "+cl.String()); err != nil {
+							return err
 						}
 					}
 				}
@@ -150,7 +202,30 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, uuids []st
 	return nil
 }
 
-// heldError says who holds the GPU, through what, and what to do.
-func heldError(uuid, who, via string) error {
-	return fmt.Errorf("GPU %s is held by %s %s; one GPU serves one pod: delete that pod, or drain the node before moving it between the device plugin and DRA", uuid, who, via)
+// heldError says what of mine who holds (theirs), through what, and what
+// to do.
+func (h *Handler) heldError(mine, theirs unit, who, via string) error {
+	held := h.name(mine)
+	switch {
+	case mine.uuid == theirs.uuid:
+	case mine.parent == theirs.uuid:
+		held += " is on GPU " + theirs.uuid + ", which"
+	default:
+		held = "GPU " + mine.uuid + " has " + h.name(theirs) + ", which"
+	}
+	return fmt.Errorf("%s is held by %s %s; a GPU serves one pod, whole or each of its MIG devices one pod: delete that pod, or drain the node before moving it between the device plugin and DRA", held, who, via)
+}
+
+// name names a unit for refusals: "GPU GPU-…", or the MIG device as the
+// inventory knows it ("MIG 1g.10gb MIG-… (GPU 1 GI 3 CI 0)").
+func (h *Handler) name(u unit) string {
+	if u.parent == "" && !strings.HasPrefix(u.uuid, "MIG-") {
+		return "GPU " + u.uuid
+	}
+	if h.inventory != nil {
+		if s, ok := h.inventory.MIG[u.uuid]; ok {
+			return s.String()
+		}
+	}
+	return "MIG device " + u.uuid
 }

@@ -1,6 +1,7 @@
 package plugin_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/simfault"
+	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -48,6 +50,10 @@ type env struct {
 type envOpts struct {
 	hook    bool
 	kubelet string
+	// node is the simulated node (default sim:a100-80gb*8); inventory
+	// hands the handler its inventory.
+	node      string
+	inventory bool
 	// slow registers the handler wrapped in the simulation's delay.
 	slow     bool
 	pods     []*api.PodSandbox
@@ -72,7 +78,7 @@ func shortDir(t testing.TB) string {
 
 func start(t *testing.T, o envOpts) *env {
 	t.Helper()
-	node := nritest.NewNode(t, "sim:a100-80gb*8", o.hook)
+	node := nritest.NewNode(t, cmp.Or(o.node, "sim:a100-80gb*8"), o.hook)
 	// A malformed spec beside the good one must not affect it.
 	if err := os.WriteFile(filepath.Join(node.SpecDir, "broken.yaml"), []byte("cdiVersion: [not a spec\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -99,6 +105,9 @@ func start(t *testing.T, o envOpts) *env {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	opts := []plugin.Option{plugin.WithLogger(log), plugin.WithMetrics(m)}
+	if o.inventory {
+		opts = append(opts, plugin.WithInventory(verify.InventoryOf(node.Node)))
+	}
 	if o.kubelet != "" {
 		pr, err := podresources.New(o.kubelet)
 		if err != nil {
@@ -439,10 +448,16 @@ func (k *kubelet) container(pod, ctr string) *podresv1.ContainerResources {
 
 // assign gives container ctr of pod the device-plugin IDs (and a NIC).
 func (k *kubelet) assign(pod, ctr string, ids ...string) {
+	k.assignAs(pod, ctr, "nvidia.com/gpu", ids...)
+}
+
+// assignAs gives container ctr of pod the device-plugin IDs of resource
+// (and a NIC).
+func (k *kubelet) assignAs(pod, ctr, resource string, ids ...string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	c := k.container(pod, ctr)
-	c.Devices = append(c.Devices, &podresv1.ContainerDevices{ResourceName: "nvidia.com/gpu", DeviceIds: ids},
+	c.Devices = append(c.Devices, &podresv1.ContainerDevices{ResourceName: resource, DeviceIds: ids},
 		&podresv1.ContainerDevices{ResourceName: "example.com/nic", DeviceIds: []string{"n0"}})
 }
 

@@ -28,13 +28,14 @@ func (h *Handler) assignment(c podresources.Container) audit.Assignment {
 	return a
 }
 
-// gpuNodes names each way to a GPU the check saw (device node, bind mount,
-// device cgroup rule) with its major:minor, sorted.
+// gpuNodes names each way to a GPU or MIG capability the check saw
+// (device node, bind mount, device cgroup rule) with its major:minor,
+// sorted.
 func gpuNodes(nodes []verify.Node) []string {
 	var out []string
 	for _, n := range nodes {
 		switch {
-		case !n.IsGPU():
+		case !n.IsGPU() && !n.IsCaps():
 		case strings.HasPrefix(n.Path, "device cgroup rule"): // names its numbers
 			out = append(out, n.Path)
 		default:
@@ -45,11 +46,12 @@ func gpuNodes(nodes []verify.Node) []string {
 	return out
 }
 
-// uuidEnv is the NVINJECT_GPU_UUID_* part of env, sorted.
+// uuidEnv is the NVINJECT_GPU_UUID_* and NVINJECT_MIG_UUID_* part of env,
+// sorted.
 func uuidEnv(env []string) []string {
 	var out []string
 	for _, kv := range env {
-		if strings.HasPrefix(kv, contract.EnvUUIDPrefix) {
+		if strings.HasPrefix(kv, contract.EnvUUIDPrefix) || strings.HasPrefix(kv, contract.EnvMIGUUIDPrefix) {
 			out = append(out, kv)
 		}
 	}

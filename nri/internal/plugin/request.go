@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
@@ -159,7 +159,7 @@ func allocated(res resolve.Result) ([]verify.GPU, error) {
 		for _, n := range d.Edits.DeviceNodes {
 			nodes = append(nodes, filled[n.Path])
 		}
-		gpus, err := verify.FromEdits(d.Name, nodes, d.Edits.Env)
+		gpus, err := verify.FromEdits(d.Name, nodes, d.Edits.Env, d.Annotations)
 		if err != nil {
 			return nil, err
 		}
@@ -187,13 +187,21 @@ func (h *Handler) podLevel(pod *api.PodSandbox, requested []string) []string {
 
 // kubeletUUIDs turns kubelet's device IDs into UUIDs: under
 // DEVICE_ID_STRATEGY=index kubelet reports GPU indices, which the resolved
-// devices' spec annotation maps to the UUIDs they inject. An ID that maps to
-// nothing is kept, so a mismatch still names it.
-func kubeletUUIDs(ids []string, res resolve.Result) []string {
+// devices' spec annotation maps to the UUIDs they inject, and MIG devices
+// as "<GPU index>:<MIG index>", which a device named so or the inventory
+// maps. A MIG device's index annotation is its parent's: kubelet's index
+// for the parent does not mean the MIG device. An ID that maps to nothing
+// is kept, so a mismatch still names it.
+func (h *Handler) kubeletUUIDs(ids []string, res resolve.Result) []string {
 	byIndex := map[string][]string{}
 	for _, d := range res.Devices {
-		if idx, ok := d.Annotations[contract.GPUIndexAnnotation]; ok {
+		_, dev, _ := strings.Cut(d.Name, "=")
+		idx, ok := d.Annotations[contract.GPUIndexAnnotation]
+		switch {
+		case d.Annotations[contract.MIGParentAnnotation] == "" && ok:
 			byIndex[idx] = deviceUUIDs(d)
+		case strings.HasPrefix(dev, idx+":"):
+			byIndex[dev] = deviceUUIDs(d)
 		}
 	}
 	out := make([]string, 0, len(ids))
@@ -201,13 +209,36 @@ func kubeletUUIDs(ids []string, res resolve.Result) []string {
 		if us := byIndex[id]; len(us) > 0 {
 			out = append(out, us...)
 		} else {
-			out = append(out, id)
+			out = append(out, h.migByIndex(id))
 		}
 	}
 	return out
 }
 
-// deviceUUIDs are the UUIDs a CDI device's own edits name, sorted.
+// migByIndex is the MIG device the inventory knows by kubelet's index ID
+// "<GPU index>:<MIG index>"; id itself otherwise.
+func (h *Handler) migByIndex(id string) string {
+	if h.inventory == nil || !strings.Contains(id, ":") {
+		return id
+	}
+	for u, s := range h.inventory.MIG {
+		if id == strconv.Itoa(s.GPUIndex)+":"+strconv.Itoa(s.Index) {
+			return u
+		}
+	}
+	return id
+}
+
+// deviceUUIDs are the UUIDs (GPUs' and MIG devices') a CDI device's own
+// edits name, sorted.
 func deviceUUIDs(d resolve.Device) []string {
-	return slices.Sorted(maps.Values(verify.UUIDEnv(d.Edits.Env)))
+	return slices.Sorted(func(yield func(string) bool) {
+		for _, m := range []map[int64]string{verify.UUIDEnv(d.Edits.Env), verify.MIGUUIDEnv(d.Edits.Env)} {
+			for _, u := range m {
+				if !yield(u) {
+					return
+				}
+			}
+		}
+	})
 }

@@ -30,9 +30,9 @@ func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 	if len(c.uuids) > 0 {
 		// Checked and recorded here, after the deadline's work: a check
 		// that overran must not record a container the runtime refused.
-		if o, u, busy := h.holders.admit(ctr.GetId(), holderOf(pod, ctr, c.uuids)); busy {
+		if o, mine, theirs, busy := h.holders.admit(ctr.GetId(), holderOf(pod, ctr, c.units)); busy {
 			err := refuse(ReasonHeld, fmt.Errorf("container %s of pod %s/%s: %w", ctr.GetName(), pod.GetNamespace(), pod.GetName(),
-				heldError(u, "container "+o.ctr+" of pod "+o.pod, "as a running container seen by nvinject-nri")))
+				h.heldError(mine, theirs, "container "+o.ctr+" of pod "+o.pod, "as a running container seen by nvinject-nri")))
 			h.refused(pod, ctr, c.rec, err)
 			return err
 		}
@@ -41,10 +41,11 @@ func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 	return nil
 }
 
-// checked is the validation's result: the GPUs checked and the record of
-// what was found.
+// checked is the validation's result: the GPUs and MIG devices checked
+// (and as held, with their parents) and the record of what was found.
 type checked struct {
 	uuids []string
+	units []unit
 	rec   audit.Record
 }
 
@@ -101,7 +102,7 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 		}
 		c.rec.Assigned = h.assignment(r.kubelet.own)
 		ids := r.kubelet.own.DeviceIDs
-		in.Kubelet = kubeletUUIDs(ids, r.res)
+		in.Kubelet = h.kubeletUUIDs(ids, r.res)
 		if len(ids) == 0 {
 			// No device-plugin GPU: the DRA driver's claims are kubelet's word.
 			if uuids, held := h.claimUUIDs(r.kubelet.own.Claims, r.res); held != "" {
@@ -119,8 +120,9 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if c.uuids = verify.UUIDs(r.gpus); len(c.uuids) > 0 {
 		found()
 	}
+	c.units = h.units(c.uuids, r.gpus)
 	if r.kubelet != nil {
-		if err := h.heldInKubelet(r.kubelet, pod, c.uuids, r.res); err != nil {
+		if err := h.heldInKubelet(r.kubelet, pod, c.units, r.res); err != nil {
 			return c, refuse(ReasonHeld, fmt.Errorf("%s: %w", who, err))
 		}
 	}

@@ -6,11 +6,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Client queries one kubelet.
@@ -54,7 +57,8 @@ type Pod struct {
 }
 
 // Container is what kubelet assigned one container: the device-plugin IDs
-// of one resource (sorted) and the DRA claims of one driver.
+// of one resource and the MIG resources of its domain (sorted), and the
+// DRA claims of one driver.
 type Container struct {
 	Name      string
 	DeviceIDs []string
@@ -70,6 +74,13 @@ func (p Pod) Container(name string) Container {
 		}
 	}
 	return Container{}
+}
+
+// serves reports whether kubelet's resource name is resource or one of
+// the MIG resources of its domain (nvidia.com/mig-1g.10gb for
+// nvidia.com/gpu, as --mig-strategy=mixed publishes them).
+func serves(resource, name string) bool {
+	return name == resource || strings.HasPrefix(name, contract.MIGResourceName(resource, ""))
 }
 
 // List returns every pod kubelet lists, in one List call: Get would answer
@@ -89,7 +100,7 @@ func (c *Client) List(ctx context.Context, resource, driver string) ([]Pod, erro
 		for _, cr := range pr.GetContainers() {
 			ctr := Container{Name: cr.GetName(), Claims: claims(cr, driver)}
 			for _, d := range cr.GetDevices() {
-				if d.GetResourceName() == resource {
+				if serves(resource, d.GetResourceName()) {
 					ctr.DeviceIDs = append(ctr.DeviceIDs, d.GetDeviceIds()...)
 				}
 			}

@@ -34,7 +34,9 @@ func TestList(t *testing.T) {
 		{Name: "other", Namespace: "ns", Containers: []*podresv1.ContainerResources{{Name: "main", Devices: []*podresv1.ContainerDevices{dev("nvidia.com/gpu", "GPU-x")}}}},
 		{Name: "pod", Namespace: "ns", Containers: []*podresv1.ContainerResources{
 			{Name: "side", Devices: []*podresv1.ContainerDevices{dev("nvidia.com/gpu", "GPU-y")}},
-			{Name: "main", Devices: []*podresv1.ContainerDevices{dev("nvidia.com/gpu", "GPU-b", "GPU-a"), dev("example.com/nic", "n0")}},
+			{Name: "main", Devices: []*podresv1.ContainerDevices{dev("nvidia.com/gpu", "GPU-b", "GPU-a"), dev("example.com/nic", "n0"), dev("nvidia.com/mig-1g.10gb", "MIG-c")}},
+			// A MIG resource of another domain is not the GPUs'.
+			{Name: "mig", Devices: []*podresv1.ContainerDevices{dev("nvidia.com/mig-3g.40gb", "MIG-d"), dev("example.com/mig-1g.10gb", "MIG-e")}},
 			{Name: "nic", Devices: []*podresv1.ContainerDevices{dev("example.com/nic", "n1")}},
 		}},
 		{Name: "web", Namespace: "ns", Containers: []*podresv1.ContainerResources{{Name: "main"}}},
@@ -42,13 +44,14 @@ func TestList(t *testing.T) {
 	got, err := c.List(context.Background(), "nvidia.com/gpu", "gpu.nvinject.io")
 	want := []Pod{
 		{Namespace: "ns", Name: "other", Containers: []Container{{Name: "main", DeviceIDs: []string{"GPU-x"}}}},
-		{Namespace: "ns", Name: "pod", Containers: []Container{{Name: "side", DeviceIDs: []string{"GPU-y"}}, {Name: "main", DeviceIDs: []string{"GPU-a", "GPU-b"}}}},
+		{Namespace: "ns", Name: "pod", Containers: []Container{{Name: "side", DeviceIDs: []string{"GPU-y"}}, {Name: "main", DeviceIDs: []string{"GPU-a", "GPU-b", "MIG-c"}},
+			{Name: "mig", DeviceIDs: []string{"MIG-d"}}}},
 		{Namespace: "ns", Name: "web"},
 	}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("List = %+v, %v; want %+v", got, err, want)
 	}
-	if ids := got[1].Container("main").DeviceIDs; !reflect.DeepEqual(ids, []string{"GPU-a", "GPU-b"}) {
+	if ids := got[1].Container("main").DeviceIDs; !reflect.DeepEqual(ids, []string{"GPU-a", "GPU-b", "MIG-c"}) {
 		t.Errorf("Container(main) = %v", ids)
 	}
 	if ctr := got[1].Container("nic"); ctr.DeviceIDs != nil || ctr.Claims != nil {

@@ -22,7 +22,7 @@ func TestCheck(t *testing.T) {
 		found  string
 	}{
 		{name: "exact", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1), ctl}, Env: okEnv,
-			Inventory: map[string]int64{"GPU-a": 0, "GPU-b": 1}, Kubelet: []string{"GPU-b", "GPU-a"}}},
+			Inventory: &Inventory{GPUs: map[string]int64{"GPU-a": 0, "GPU-b": 1}}, Kubelet: []string{"GPU-b", "GPU-a"}}},
 		{name: "no GPUs, control node only", in: Input{Nodes: []Node{ctl}}},
 		{name: "foreign node", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1), gpuNode(3)}, Env: okEnv},
 			reason: ReasonForeignGPU, found: "/dev/nvidia3"},
@@ -37,7 +37,7 @@ func TestCheck(t *testing.T) {
 		{name: "a minor spelled otherwise", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1)},
 			Env: append([]string{"NVINJECT_GPU_UUID_01=GPU-c"}, okEnv...)}, reason: ReasonEnv, found: "GPU-c"},
 		{name: "stale spec vs inventory", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1)}, Env: okEnv,
-			Inventory: map[string]int64{"GPU-a": 1, "GPU-b": 0}}, reason: ReasonStaleSpec},
+			Inventory: &Inventory{GPUs: map[string]int64{"GPU-a": 1, "GPU-b": 0}}}, reason: ReasonStaleSpec},
 		{name: "kubelet disagrees", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1)}, Env: okEnv, Kubelet: []string{"GPU-a"}},
 			reason: ReasonKubelet, found: "GPU-b"},
 		{name: "kubelet assigned none", in: Input{Allocated: two, Nodes: []Node{gpuNode(0), gpuNode(1)}, Env: okEnv, Kubelet: []string{}},
@@ -64,14 +64,14 @@ func TestCheck(t *testing.T) {
 
 func TestFromEdits(t *testing.T) {
 	nodes := []Node{gpuNode(2), {Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}}
-	got, err := FromEdits("nvidia.com/gpu=GPU-a", nodes, []string{"NVINJECT_GPU_UUID_2=GPU-a"})
+	got, err := FromEdits("nvidia.com/gpu=GPU-a", nodes, []string{"NVINJECT_GPU_UUID_2=GPU-a"}, nil)
 	if err != nil || len(got) != 1 || got[0] != (GPU{UUID: "GPU-a", Minor: 2}) {
 		t.Fatalf("got %v, %v", got, err)
 	}
-	if _, err := FromEdits("nvidia.com/gpu=GPU-b", nodes, []string{"NVINJECT_GPU_UUID_2=GPU-a"}); err == nil {
+	if _, err := FromEdits("nvidia.com/gpu=GPU-b", nodes, []string{"NVINJECT_GPU_UUID_2=GPU-a"}, nil); err == nil {
 		t.Error("a device named after GPU-b describing GPU-a was accepted")
 	}
-	if _, err := FromEdits("vendor.com/gpu=x", nodes, nil); err == nil {
+	if _, err := FromEdits("vendor.com/gpu=x", nodes, nil, nil); err == nil {
 		t.Error("a GPU node without a UUID variable was accepted")
 	}
 }

@@ -1,7 +1,9 @@
 // Command nvidia-smi-sim is the SIMULATED nvidia-smi that nvinject installs
 // into simulated driver roots. Inside a container it reports the simulated
 // GPUs whose device nodes (/dev/nvidiaN, major 195) the container has, so a
-// test can see which GPU was really injected. It never touches a real GPU.
+// test can see which GPU was really injected; -L lists under each the MIG
+// devices whose compute instance access node (/dev/nvidia-caps) it has. It
+// never touches a real GPU.
 package main
 
 import (
@@ -58,6 +60,9 @@ func run(args []string, stdout, stderr io.Writer, facts, dev string) int {
 	case *list:
 		for _, g := range gpus {
 			fmt.Fprintf(stdout, "GPU %d: %s (UUID: %s) [SIMULATED]\n", g.Index, g.Name, g.UUID)
+			for i, m := range visibleMIG(g, dev) {
+				fmt.Fprintf(stdout, "  MIG %-11s Device %2d: (UUID: %s)\n", m.Profile, i, m.UUID)
+			}
 		}
 	case *query != "":
 		return queryCSV(stdout, stderr, f, gpus, *query, *format)
@@ -79,18 +84,38 @@ func visible(f simfacts.Facts, dev string) []simfacts.GPU {
 	}
 	var out []simfacts.GPU
 	for _, g := range f.GPUs {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(dev, "nvidia"+strconv.Itoa(g.Minor)), &st); err != nil {
-			continue
-		}
-		rdev := uint64(st.Rdev)
-		major := (rdev >> 8) & 0xfff
-		minor := (rdev & 0xff) | ((rdev >> 12) &^ 0xff)
-		if st.Mode&syscall.S_IFMT == syscall.S_IFCHR && major == 195 && int(minor) == g.Minor {
+		if major, minor, ok := charDevice(filepath.Join(dev, "nvidia"+strconv.Itoa(g.Minor))); ok && major == 195 && minor == g.Minor {
 			out = append(out, g)
 		}
 	}
 	return out
+}
+
+// visibleMIG returns g's MIG devices whose CI access node
+// (nvidia-caps/nvidia-cap<minor>, any major: the driver picks it at load)
+// is in dev; a container with only the parent's node sees none, as real
+// NVML. An empty dev is the host's view: all of them.
+func visibleMIG(g simfacts.GPU, dev string) []simfacts.MIGDevice {
+	if dev == "" {
+		return g.MIGDevices
+	}
+	var out []simfacts.MIGDevice
+	for _, m := range g.MIGDevices {
+		if _, minor, ok := charDevice(filepath.Join(dev, "nvidia-caps", "nvidia-cap"+strconv.Itoa(m.CIAccessMinor))); ok && minor == m.CIAccessMinor {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// charDevice returns the numbers of the character device at path.
+func charDevice(path string) (major, minor int, ok bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFCHR {
+		return 0, 0, false
+	}
+	rdev := uint64(st.Rdev)
+	return int((rdev >> 8) & 0xfff), int((rdev & 0xff) | ((rdev >> 12) &^ 0xff)), true
 }
 
 func queryCSV(stdout, stderr io.Writer, f simfacts.Facts, gpus []simfacts.GPU, query, format string) int {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,5 +84,79 @@ func TestHostView(t *testing.T) {
 	}
 	if got := strings.TrimSpace(out.String()); got != "0, GPU-aaaa\n1, GPU-bbbb" {
 		t.Fatalf("host view %q", got)
+	}
+}
+
+// migSetup is setup with GPU 1 in MIG mode, holding two MIG devices
+// whose CI access nodes are nvidia-cap22 and nvidia-cap31, and the
+// container's caps nodes made under dev/nvidia-caps (major 509).
+func migSetup(t *testing.T, caps map[string]int, minors ...int) (facts, dev string) {
+	t.Helper()
+	facts, dev = setup(t, minors...)
+	f, err := simfacts.Read(facts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.GPUs[1].MIG = true
+	f.GPUs[1].MIGDevices = []simfacts.MIGDevice{
+		{UUID: "MIG-1111", Profile: "3g.40gb", GPUInstance: 1, ComputeInstance: 0, CIAccessMinor: 22, MemoryMiB: 40192},
+		{UUID: "MIG-2222", Profile: "1g.10gb", GPUInstance: 13, ComputeInstance: 0, CIAccessMinor: 31, MemoryMiB: 9728},
+	}
+	data, _ := json.Marshal(f)
+	if err := os.WriteFile(facts, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dev, "nvidia-caps"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, rdev := range caps {
+		if err := syscall.Mknod(filepath.Join(dev, "nvidia-caps", name), syscall.S_IFCHR|0o444, rdev); err != nil {
+			t.Skipf("cannot create device nodes here (needs root): %v", err)
+		}
+	}
+	return facts, dev
+}
+
+func TestListsVisibleMIGDevices(t *testing.T) {
+	gpu1 := "GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-bbbb) [SIMULATED]"
+	for _, tc := range []struct {
+		name string
+		caps map[string]int
+		want []string
+	}{
+		{name: "its CI access node", caps: map[string]int{"nvidia-cap30": 509<<8 | 30, "nvidia-cap31": 509<<8 | 31},
+			want: []string{gpu1, "  MIG 1g.10gb     Device  0: (UUID: MIG-2222)"}},
+		{name: "both, any major", caps: map[string]int{"nvidia-cap22": 200<<8 | 22, "nvidia-cap31": 509<<8 | 31},
+			want: []string{gpu1, "  MIG 3g.40gb     Device  0: (UUID: MIG-1111)", "  MIG 1g.10gb     Device  1: (UUID: MIG-2222)"}},
+		{name: "parent only", want: []string{gpu1}},
+		{name: "node named for the CI with another minor", caps: map[string]int{"nvidia-cap31": 509<<8 | 32}, want: []string{gpu1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			facts, dev := migSetup(t, tc.caps, 1)
+			var out, errb bytes.Buffer
+			if code := run([]string{"-L"}, &out, &errb, facts, dev); code != 0 {
+				t.Fatalf("exit %d: %s", code, errb.String())
+			}
+			if got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n"); !slices.Equal(got, tc.want) {
+				t.Errorf("-L:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+// The MIG devices show under -L only; the query and table output for the
+// GPUs stay as they were.
+func TestMIGLeavesQueryAlone(t *testing.T) {
+	facts, dev := migSetup(t, map[string]int{"nvidia-cap31": 509<<8 | 31}, 0, 1)
+	var out, errb bytes.Buffer
+	if code := run([]string{"--query-gpu=index,uuid,mig.mode.current", "--format=csv,noheader"}, &out, &errb, facts, dev); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if got := strings.TrimSpace(out.String()); got != "0, GPU-aaaa, Disabled\n1, GPU-bbbb, Enabled" {
+		t.Fatalf("query %q", got)
+	}
+	out.Reset()
+	if code := run([]string{"-L"}, &out, &errb, facts, ""); code != 0 || strings.Count(out.String(), "  MIG ") != 2 {
+		t.Errorf("host view -L: exit %d\n%s", code, out.String())
 	}
 }
