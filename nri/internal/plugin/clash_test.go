@@ -1,6 +1,9 @@
 package plugin
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // A whole GPU and its MIG devices hold each other off, across pods; the
 // MIG devices of one GPU do not, nor do a pod's own containers.
@@ -45,5 +48,41 @@ func TestHoldersClash(t *testing.T) {
 		if err := h.heldError(tc.mine, tc.theirs, "container main of pod default/x", "via y"); err == nil || err.Error()[:len(tc.want)] != tc.want {
 			t.Errorf("heldError(%+v, %+v) = %v, want it to start %q", tc.mine, tc.theirs, err, tc.want)
 		}
+	}
+}
+
+// A time-sliced GPU serves up to its replicas' pods, no more; a pod's own
+// containers count once; a whole GPU still holds off its MIG devices.
+func TestHoldersShare(t *testing.T) {
+	shared := unit{uuid: "GPU-s", replicas: 2}
+	pod := func(uid, ctr string, units ...unit) holder {
+		return holder{podUID: uid, pod: "default/" + uid, ctr: ctr, units: units}
+	}
+	var r holders
+	for i, tc := range []struct {
+		id   string
+		h    holder
+		busy bool
+	}{
+		{"a1", pod("a", "main", shared), false},
+		{"a2", pod("a", "side", shared), false},
+		{"b1", pod("b", "main", shared), false},
+		{"c1", pod("c", "main", shared), true},
+	} {
+		o, mine, _, busy := r.admit(tc.id, tc.h)
+		if busy != tc.busy {
+			t.Fatalf("step %d (%s): busy %v, want %v", i, tc.id, busy, tc.busy)
+		}
+		if busy && (o.pod != "default/a, default/b" || o.ctr != "" || mine != shared) {
+			t.Errorf("refusal names %+v %+v, want both holding pods", o, mine)
+		}
+	}
+	r.releasePod(pod("a", ""))
+	if _, _, _, busy := r.admit("c1", pod("c", "main", shared)); busy {
+		t.Error("a replica freed by pod a's end, but pod c is still refused")
+	}
+	h := &Handler{}
+	if err := h.heldError(shared, shared, "pods default/a, default/b", "as running containers"); err == nil || !strings.Contains(err.Error(), "2 replicas, and all are in use by pods default/a, default/b") {
+		t.Errorf("shared refusal: %v", err)
 	}
 }

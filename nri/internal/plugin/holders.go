@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -29,14 +30,41 @@ func holderOf(pod *api.PodSandbox, ctr *api.Container, units []unit) holder {
 }
 
 // unit is a GPU or MIG device a container holds; parent is a MIG device's
-// GPU ("" for a whole GPU, or a MIG device whose parent is not known).
-type unit struct{ uuid, parent string }
+// GPU ("" for a whole GPU, or a MIG device whose parent is not known);
+// replicas is how many pods may share it (time-slicing; 0 or 1: one).
+type unit struct {
+	uuid, parent string
+	replicas     int
+}
 
 // clashes reports whether u and o cannot serve two pods: the same GPU or
 // MIG device, or a whole GPU and a MIG device on it. MIG devices of one
-// GPU can.
+// GPU can; a shared device can serve up to its replicas (shares).
 func (u unit) clashes(o unit) bool {
-	return u.uuid == o.uuid || (u.parent != "" && u.parent == o.uuid) || (o.parent != "" && o.parent == u.uuid)
+	return (u.uuid == o.uuid && !u.shared()) || (u.parent != "" && u.parent == o.uuid) || (o.parent != "" && o.parent == u.uuid)
+}
+
+func (u unit) shared() bool { return u.replicas > 1 }
+
+// overShared finds a shared unit of mine that pods, each holding units,
+// already hold up to its replicas, and who they are.
+func overShared(mine []unit, pods map[string][]unit) (unit, []string, bool) {
+	for _, u := range mine {
+		if !u.shared() {
+			continue
+		}
+		var who []string
+		for pod, us := range pods {
+			if slices.ContainsFunc(us, func(o unit) bool { return o.uuid == u.uuid }) {
+				who = append(who, pod)
+			}
+		}
+		if len(who) >= u.replicas {
+			slices.Sort(who)
+			return u, who, true
+		}
+	}
+	return unit{}, nil, false
 }
 
 // units are the held units of uuids: gpus (the container's resolved
@@ -46,12 +74,27 @@ func (h *Handler) units(uuids []string, gpus []verify.GPU) []unit {
 	for _, u := range uuids {
 		i := slices.IndexFunc(gpus, func(g verify.GPU) bool { return g.UUID == u })
 		if i >= 0 && gpus[i].MIG.ParentUUID != "" {
-			out = append(out, unit{u, gpus[i].MIG.ParentUUID})
+			out = append(out, unit{uuid: u, parent: gpus[i].MIG.ParentUUID, replicas: h.replicasOf(u)})
 		} else {
-			out = append(out, unit{u, h.parentOf(u)})
+			out = append(out, unit{uuid: u, parent: h.parentOf(u), replicas: h.replicasOf(u)})
 		}
 	}
 	return out
+}
+
+// replicasOf is how many pods may share uuid: its CDI device's
+// nvinject.io/shared-replicas, written by the device plugin from its
+// time-slicing configuration; 1 when absent or unreadable.
+func (h *Handler) replicasOf(uuid string) int {
+	d, ok := h.resolver.Device(contract.CDIKind(h.vendor, h.class) + "=" + uuid)
+	if !ok {
+		return 1
+	}
+	n, err := strconv.Atoi(d.Annotations[contract.SharedReplicasAnnotation])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
 }
 
 // parentOf is the GPU of MIG device uuid, from the inventory or its CDI
@@ -87,15 +130,21 @@ type holders struct {
 func (r *holders) admit(id string, h holder) (holder, unit, unit, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	pods := map[string][]unit{}
 	for _, o := range r.byCtr {
 		if o.samePod(h) {
 			continue
 		}
+		pods[o.pod] = append(pods[o.pod], o.units...)
 		for _, u := range h.units {
 			if i := slices.IndexFunc(o.units, u.clashes); i >= 0 {
 				return o, u, o.units[i], true
 			}
 		}
+	}
+	if u, who, over := overShared(h.units, pods); over {
+		// No one container: the pods that hold every replica.
+		return holder{pod: strings.Join(who, ", ")}, u, u, true
 	}
 	if r.byCtr == nil {
 		r.byCtr = map[string]holder{}
@@ -172,6 +221,7 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []un
 		}
 		return nil
 	}
+	sharers := map[string][]unit{}
 	for _, p := range kv.pods {
 		if p.Namespace == pod.GetNamespace() && p.Name == pod.GetName() {
 			continue
@@ -179,7 +229,9 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []un
 		for _, c := range p.Containers {
 			who := "container " + c.Name + " of pod " + p.Namespace + "/" + p.Name
 			for _, u := range h.kubeletUUIDs(c.DeviceIDs, res) {
-				if err := clash(unit{u, h.parentOf(u)}, who, "through the device plugin ("+h.resource+")"); err != nil {
+				theirs := unit{uuid: u, parent: h.parentOf(u), replicas: h.replicasOf(u)}
+				sharers[p.Namespace+"/"+p.Name] = append(sharers[p.Namespace+"/"+p.Name], theirs)
+				if err := clash(theirs, who, "through the device plugin ("+h.resource+")"); err != nil {
 					return err
 				}
 			}
@@ -190,7 +242,7 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []un
 						continue
 					}
 					for _, u := range deviceUUIDs(d) {
-						theirs := unit{u, cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u))}
+						theirs := unit{uuid: u, parent: cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u))}
 						if err := clash(theirs, who, "through DRA "+cl.String()); err != nil {
 							return err
 						}
@@ -199,12 +251,18 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []un
 			}
 		}
 	}
+	if u, who, over := overShared(units, sharers); over {
+		return h.heldError(u, u, "pods "+strings.Join(who, ", "), "(kubelet's PodResources)")
+	}
 	return nil
 }
 
 // heldError says what of mine who holds (theirs), through what, and what
 // to do.
 func (h *Handler) heldError(mine, theirs unit, who, via string) error {
+	if mine.shared() && mine.uuid == theirs.uuid {
+		return fmt.Errorf("%s is shared by time-slicing with %d replicas, and all are in use by %s %s; a shared GPU serves at most its replicas' pods: delete one of them, or raise replicas in the sharing configuration", h.name(mine), mine.replicas, who, via)
+	}
 	held := h.name(mine)
 	switch {
 	case mine.uuid == theirs.uuid:

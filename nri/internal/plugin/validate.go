@@ -31,8 +31,12 @@ func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 		// Checked and recorded here, after the deadline's work: a check
 		// that overran must not record a container the runtime refused.
 		if o, mine, theirs, busy := h.holders.admit(ctr.GetId(), holderOf(pod, ctr, c.units)); busy {
+			who, via := "container "+o.ctr+" of pod "+o.pod, "as a running container seen by nvinject-nri"
+			if o.ctr == "" {
+				who, via = "pods "+o.pod, "as running containers seen by nvinject-nri"
+			}
 			err := refuse(ReasonHeld, fmt.Errorf("container %s of pod %s/%s: %w", ctr.GetName(), pod.GetNamespace(), pod.GetName(),
-				h.heldError(mine, theirs, "container "+o.ctr+" of pod "+o.pod, "as a running container seen by nvinject-nri")))
+				h.heldError(mine, theirs, who, via)))
 			h.refused(pod, ctr, c.rec, err)
 			return err
 		}
