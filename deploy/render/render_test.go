@@ -310,6 +310,8 @@ func TestHostPaths(t *testing.T) {
 				{"/var/lib/nvinject/bin", corev1.HostPathDirectoryOrCreate, "/var/lib/nvinject/bin", true, ""},
 				{"/var/lib/nvinject/device-plugin", corev1.HostPathDirectoryOrCreate, "/var/lib/nvinject/device-plugin", false, ""},
 				{"/var/lib/kubelet/pod-resources", corev1.HostPathDirectory, "/var/lib/kubelet/pod-resources", true, ""},
+				// The optional ConfigMap nvinject-sharing: no host path.
+				{path: "/etc/nvinject/sharing"},
 			},
 			nri: {
 				{"/var/run/nri", corev1.HostPathDirectory, "/var/run/nri", false, ""},
@@ -357,7 +359,8 @@ func TestArgs(t *testing.T) {
 		dp := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Args
 		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins",
 			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481",
-			"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"}
+			"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
+			"--sharing-config=/etc/nvinject/sharing/config.yaml"}
 		if !slices.Equal(dp, wantDP) {
 			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
 		}

@@ -209,3 +209,57 @@ func TestMIGSingleSevenAtOnce(t *testing.T) {
 	t.Cleanup(func() { _ = d.DeleteVLLM(context.Background()) })
 	checkMIGPod(t, ctx, node, pod.Name, "1g.10gb")
 }
+
+// Time-slicing (the ConfigMap nvinject-sharing, NVIDIA's format): one GPU
+// published as four replicas; four pods created at once all run on it,
+// each seeing only it; a fifth waits.
+func TestTimeSlicingFourPodsOnOneGPU(t *testing.T) {
+	d := need(t)
+	ctx := testCtx(t)
+	t.Cleanup(func() {
+		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
+			t.Errorf("restore the 1-GPU deployment: %v", err)
+		}
+	})
+	const sharing = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}"
+	shared, err := d.Deploy(ctx, simnode.GPUs{NVML: simnode.DefaultNVML, Sharing: sharing, Expect: map[string]int64{simnode.Resource: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i := range 5 {
+		names = append(names, fmt.Sprintf("sliced-%d", i))
+	}
+	for _, n := range names {
+		createPod(t, ctx, n, gpuPod)
+	}
+	var runningPods, waiting []string
+	err = simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
+		runningPods, waiting = nil, nil
+		for _, n := range names {
+			p, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			switch {
+			case running(p):
+				runningPods = append(runningPods, n)
+			case unschedulable(p):
+				waiting = append(waiting, n)
+			}
+		}
+		if len(runningPods) != 4 || len(waiting) != 1 {
+			return fmt.Errorf("%d Running, %d Unschedulable", len(runningPods), len(waiting))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("five pods on four replicas: %v", err)
+	}
+	for _, n := range runningPods {
+		if got := containerGPUs(t, ctx, n); !slices.Equal(got, []string{shared.UUID}) {
+			t.Errorf("pod %s sees %v, want only the shared GPU %s", n, got, shared.UUID)
+		}
+	}
+	t.Logf("FIGURE time-slicing: 5 pods created at once on 1 GPU with 4 replicas: %d Running on %s, %s Unschedulable", len(runningPods), shared.UUID, waiting[0])
+}

@@ -2,6 +2,7 @@ package simnode
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +25,9 @@ type GPUs struct {
 	IDStrategy string
 	// MIGStrategy is the device plugin's MIG_STRATEGY: "" keeps none.
 	MIGStrategy string
+	// Sharing is the device plugin's time-slicing configuration (the
+	// ConfigMap nvinject-sharing); "" shares nothing.
+	Sharing string
 	// Expect is what the Node must publish, by resource, once Ready
 	// (default: one nvidia.com/gpu).
 	Expect map[string]int64
@@ -81,6 +85,12 @@ func (d *Deployer) Deploy(ctx context.Context, g GPUs) (Deployment, error) {
 	}
 	if err := d.writeKustomization(dep); err != nil {
 		return Deployment{}, err
+	}
+	if dep.Sharing == "" {
+		// apply -k prunes nothing: an earlier deployment's sharing goes here.
+		if _, err := d.kube.Kubectl(ctx, "", "-n", Namespace, "delete", "configmap", SharingConfigMap, "--ignore-not-found"); err != nil {
+			return Deployment{}, fmt.Errorf("remove the sharing ConfigMap of an earlier deployment: %w", err)
+		}
 	}
 	if _, err := d.kube.Kubectl(ctx, "", "apply", "-k", dep.Kustomization); err != nil {
 		return Deployment{}, fmt.Errorf("apply nvinject (%s): %w", dep.Kustomization, err)
@@ -161,13 +171,26 @@ patches:
 		// build if local-sim's argument order changes.
 		fmt.Fprintf(&b, `  - target: {kind: DaemonSet, name: %s}
     patch: |-
-      - {op: test, path: /spec/template/spec/containers/0/args/0, value: --nvml=%s}
-      - {op: replace, path: /spec/template/spec/containers/0/args/0, value: --nvml=%s}
+      - {op: test, path: /spec/template/spec/containers/0/args/0, value: "--nvml=%s"}
+      - {op: replace, path: /spec/template/spec/containers/0/args/0, value: "--nvml=%s"}
   - target: {kind: DaemonSet, name: %s}
     patch: |-
-      - {op: test, path: /spec/template/spec/containers/0/args/8, value: --nvml=%s}
-      - {op: replace, path: /spec/template/spec/containers/0/args/8, value: --nvml=%s}
+      - {op: test, path: /spec/template/spec/containers/0/args/8, value: "--nvml=%s"}
+      - {op: replace, path: /spec/template/spec/containers/0/args/8, value: "--nvml=%s"}
 `, DevicePlugin, DefaultNVML, dep.NVML, NRIPlugin, DefaultNVML, dep.NVML)
+	}
+	if dep.Sharing != "" {
+		// The plugin reads the file at start: the hash rolls it on a change.
+		sum := sha256.Sum256([]byte(dep.Sharing))
+		fmt.Fprintf(&b, `  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: %s, namespace: %s}
+      spec:
+        template:
+          metadata:
+            annotations: {nvinject.io/sharing-config: "%x"}
+`, DevicePlugin, Namespace, sum[:8])
 	}
 	if dep.MIGStrategy != "" {
 		fmt.Fprintf(&b, `  - patch: |-
@@ -196,6 +219,16 @@ patches:
                 env:
                   - {name: DEVICE_ID_STRATEGY, value: index}
 `, DevicePlugin, Namespace)
+	}
+	if dep.Sharing != "" {
+		fmt.Fprintf(&b, `configMapGenerator:
+  - name: %s
+    namespace: %s
+    options: {disableNameSuffixHash: true}
+    literals:
+      - |-
+        config.yaml=%s
+`, SharingConfigMap, Namespace, strings.ReplaceAll(dep.Sharing, "\n", "\n        "))
 	}
 	if err := os.MkdirAll(dep.Kustomization, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", dep.Kustomization, err)

@@ -62,3 +62,35 @@ func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
 		t.Errorf("host paths of a real node remain:\n%s", y)
 	}
 }
+
+// MIG strategy and time-slicing land on the device plugin: its env, the
+// sharing ConfigMap (the file it reads) and the template annotation that
+// rolls it when the configuration changes.
+func TestKustomizationMIGAndSharing(t *testing.T) {
+	tools := os.Getenv("NVINJECT_TOOLS_BIN")
+	if tools == "" {
+		t.Skip("NVINJECT_TOOLS_BIN is unset: run `make tools` to build kubectl")
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := t.TempDir()
+	d := &Deployer{node: localnode.New(localnode.WithRunDir(run)), repo: repo}
+	sharing := "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}"
+	dep := Deployment{GPUs: GPUs{NVML: "sim:a100-80gb*2,mig=1:1g.10gb*7", All: true, MIGStrategy: "mixed", Sharing: sharing},
+		UUID: "GPU-x", Kustomization: filepath.Join(run, "deploy", "nvinject")}
+	if err := d.writeKustomization(dep); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(tools, "kubectl"), "kustomize", dep.Kustomization).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
+	}
+	y := string(out)
+	for _, want := range []string{"selected-gpu-uuid: all", "value: mixed", "name: " + SharingConfigMap, "replicas: 4", "nvinject.io/sharing-config:", "--nvml=sim:a100-80gb*2,mig=1:1g.10gb*7"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("rendered kustomization lacks %q:\n%s", want, y)
+		}
+	}
+}

@@ -18,6 +18,8 @@ const (
 	Namespace    = contract.Namespace
 	DevicePlugin = contract.DevicePluginApp
 	NRIPlugin    = contract.NRIApp
+	// SharingConfigMap holds the device plugin's time-slicing configuration.
+	SharingConfigMap = "nvinject-sharing"
 	// Resource is the extended resource the device plugin publishes.
 	Resource = contract.ResourceName
 	// RequiredPluginsAnnotation makes containerd refuse a pod while nvinject-nri is
