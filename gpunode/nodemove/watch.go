@@ -17,6 +17,7 @@ import (
 
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/sharing"
 )
 
 // Lister is the PodResources call the watcher needs (the generated client
@@ -209,6 +210,10 @@ func (w *Watcher) held(c *podresv1.ContainerResources) map[string]string {
 				continue
 			}
 			for _, id := range d.GetDeviceIds() {
+				// A time-slicing replica "<id>::<n>" holds its device.
+				if dev, ok := sharing.DeviceOf(id); ok {
+					id = dev
+				}
 				if u, ok := w.ids[id]; ok {
 					out[u] = ""
 				}

@@ -178,7 +178,7 @@ func (d *Daemon) serve(ctx context.Context, gpus gpunode.GPUs, m *metrics.Metric
 		rg, ctx := errgroup.WithContext(ctx)
 		for _, sv := range served {
 			r := kubelet.New(d.cfg.KubeletDir, sv.socket, sv.name, sv.svc,
-				kubelet.WithLogger(d.log.With("resource", sv.name)), kubelet.WithPoll(d.poll), kubelet.WithStopService(sv.svc.Stop),
+				kubelet.WithLogger(d.log), kubelet.WithPoll(d.poll), kubelet.WithStopService(sv.svc.Stop),
 				kubelet.WithOnRegister(func(err error) {
 					if err != nil {
 						m.Registrations.WithLabelValues("error").Inc()

@@ -16,6 +16,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/sharing"
 )
 
 // request is one container's GPU request: what it names, kubelet's word
@@ -206,13 +207,19 @@ func (h *Handler) kubeletUUIDs(ids []string, res resolve.Result) []string {
 	}
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
+		// A time-slicing replica "<id>::<n>" stands for its device.
+		if dev, ok := sharing.DeviceOf(id); ok {
+			id = dev
+		}
 		if us := byIndex[id]; len(us) > 0 {
 			out = append(out, us...)
 		} else {
 			out = append(out, h.migByIndex(id))
 		}
 	}
-	return out
+	// Two replicas of one GPU are that GPU once.
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // migByIndex is the MIG device the inventory knows by kubelet's index ID
