@@ -79,3 +79,32 @@ func benchXid(b *testing.B, args ...string) {
 	}
 	percentiles(b, lat)
 }
+
+// BenchmarkAllocateMIGvsWhole is kubelet's Allocate of a MIG device and of
+// a whole GPU on one MIG_STRATEGY=mixed node, in one run: the anchor is the
+// whole GPU, served the same way over its own socket.
+func BenchmarkAllocateMIGvsWhole(b *testing.B) {
+	r := startExpecting(b, mixedResources, mixedNode, "--mig-strategy=mixed", "--visible-devices=all")
+	mig := watchClient(b, r.clients["nvidia.com/mig-1g.10gb"])()[0].ID
+	for _, c := range []struct {
+		name   string
+		client pluginapi.DevicePluginClient
+		id     string
+	}{
+		{"whole", r.clients["nvidia.com/gpu"], simUUID(0)},
+		{"mig", r.clients["nvidia.com/mig-1g.10gb"], mig},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{c.id}}}}
+			var lat []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := c.client.Allocate(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			percentiles(b, lat)
+		})
+	}
+}
