@@ -79,6 +79,35 @@ func checkMIGPod(t *testing.T, ctx context.Context, node gpu.Node, pod, profile 
 	return m.UUID
 }
 
+// splitPods waits until n of the pods named run and the rest are
+// Unschedulable, and returns the two lists.
+func splitPods(t *testing.T, ctx context.Context, names []string, n int) (runningPods, waiting []string) {
+	t.Helper()
+	err := simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
+		runningPods, waiting = nil, nil
+		for _, name := range names {
+			p, err := need(t).Kube().Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			switch {
+			case running(p):
+				runningPods = append(runningPods, name)
+			case unschedulable(p):
+				waiting = append(waiting, name)
+			}
+		}
+		if len(runningPods) != n || len(waiting) != len(names)-n {
+			return fmt.Errorf("%d Running, %d Unschedulable", len(runningPods), len(waiting))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%d pods on %d devices: %v", len(names), n, err)
+	}
+	return runningPods, waiting
+}
+
 func unschedulable(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
@@ -168,29 +197,7 @@ func TestMIGSingleSevenAtOnce(t *testing.T) {
 	for _, n := range names {
 		createPod(t, ctx, n, gpuPod)
 	}
-	var runningPods, waiting []string
-	err = simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
-		runningPods, waiting = nil, nil
-		for _, n := range names {
-			p, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			switch {
-			case running(p):
-				runningPods = append(runningPods, n)
-			case unschedulable(p):
-				waiting = append(waiting, n)
-			}
-		}
-		if len(runningPods) != 7 || len(waiting) != 1 {
-			return fmt.Errorf("%d Running, %d Unschedulable", len(runningPods), len(waiting))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("eight pods on seven MIG devices: %v", err)
-	}
+	runningPods, waiting := splitPods(t, ctx, names, 7)
 	seen := map[string]string{}
 	for _, n := range runningPods {
 		u := checkMIGPod(t, ctx, node, n, "1g.10gb")
@@ -233,29 +240,7 @@ func TestTimeSlicingFourPodsOnOneGPU(t *testing.T) {
 	for _, n := range names {
 		createPod(t, ctx, n, gpuPod)
 	}
-	var runningPods, waiting []string
-	err = simnode.Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
-		runningPods, waiting = nil, nil
-		for _, n := range names {
-			p, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			switch {
-			case running(p):
-				runningPods = append(runningPods, n)
-			case unschedulable(p):
-				waiting = append(waiting, n)
-			}
-		}
-		if len(runningPods) != 4 || len(waiting) != 1 {
-			return fmt.Errorf("%d Running, %d Unschedulable", len(runningPods), len(waiting))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("five pods on four replicas: %v", err)
-	}
+	runningPods, waiting := splitPods(t, ctx, names, 4)
 	for _, n := range runningPods {
 		if got := containerGPUs(t, ctx, n); !slices.Equal(got, []string{shared.UUID}) {
 			t.Errorf("pod %s sees %v, want only the shared GPU %s", n, got, shared.UUID)

@@ -193,32 +193,10 @@ patches:
 `, DevicePlugin, Namespace, sum[:8])
 	}
 	if dep.MIGStrategy != "" {
-		fmt.Fprintf(&b, `  - patch: |-
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata: {name: %s, namespace: %s}
-      spec:
-        template:
-          spec:
-            containers:
-              - name: device-plugin
-                env:
-                  - {name: MIG_STRATEGY, value: %s}
-`, DevicePlugin, Namespace, dep.MIGStrategy)
+		devicePluginEnv(&b, "MIG_STRATEGY", dep.MIGStrategy)
 	}
 	if dep.IDStrategy == "index" {
-		fmt.Fprintf(&b, `  - patch: |-
-      apiVersion: apps/v1
-      kind: DaemonSet
-      metadata: {name: %s, namespace: %s}
-      spec:
-        template:
-          spec:
-            containers:
-              - name: device-plugin
-                env:
-                  - {name: DEVICE_ID_STRATEGY, value: index}
-`, DevicePlugin, Namespace)
+		devicePluginEnv(&b, "DEVICE_ID_STRATEGY", "index")
 	}
 	if dep.Sharing != "" {
 		fmt.Fprintf(&b, `configMapGenerator:
@@ -238,6 +216,22 @@ patches:
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// devicePluginEnv patches the device plugin's container to set name=value.
+func devicePluginEnv(b *strings.Builder, name, value string) {
+	fmt.Fprintf(b, `  - patch: |-
+      apiVersion: apps/v1
+      kind: DaemonSet
+      metadata: {name: %s, namespace: %s}
+      spec:
+        template:
+          spec:
+            containers:
+              - name: device-plugin
+                env:
+                  - {name: %s, value: %s}
+`, DevicePlugin, Namespace, name, value)
 }
 
 // selection is the ConfigMap's selected-gpu-uuid.

@@ -14,27 +14,11 @@ import (
 // with the pinned kubectl and checks the node's paths, the selected GPU and
 // the 8-GPU NVML land on the right objects.
 func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
-	tools := os.Getenv("NVINJECT_TOOLS_BIN")
-	if tools == "" {
-		t.Skip("NVINJECT_TOOLS_BIN is unset: run `make tools` to build kubectl")
-	}
-	repo, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := t.TempDir()
-	node := localnode.New(localnode.WithRunDir(run))
-	d := &Deployer{node: node, repo: repo}
+	d, run := kustomizeDeployer(t)
+	node := d.node
 	const uuid = "GPU-00000000-0000-0000-0000-000000000005"
 	dep := Deployment{GPUs: GPUs{NVML: "sim:a100-80gb*8", Selected: 5}, UUID: uuid, Kustomization: filepath.Join(run, "deploy", "nvinject")}
-	if err := d.writeKustomization(dep); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(filepath.Join(tools, "kubectl"), "kustomize", dep.Kustomization).CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
-	}
-	y := string(out)
+	y := d.render(t, dep)
 	for _, want := range []string{
 		"selected-gpu-uuid: " + uuid,
 		"path: " + node.CDIDir(),
@@ -67,8 +51,23 @@ func TestKustomizationPatchesOnlyTheNodeLayout(t *testing.T) {
 // sharing ConfigMap (the file it reads) and the template annotation that
 // rolls it when the configuration changes.
 func TestKustomizationMIGAndSharing(t *testing.T) {
-	tools := os.Getenv("NVINJECT_TOOLS_BIN")
-	if tools == "" {
+	d, run := kustomizeDeployer(t)
+	sharing := "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}"
+	dep := Deployment{GPUs: GPUs{NVML: "sim:a100-80gb*2,mig=1:1g.10gb*7", All: true, MIGStrategy: "mixed", Sharing: sharing},
+		UUID: "GPU-x", Kustomization: filepath.Join(run, "deploy", "nvinject")}
+	y := d.render(t, dep)
+	for _, want := range []string{"selected-gpu-uuid: all", "value: mixed", "name: " + SharingConfigMap, "replicas: 4", "nvinject.io/sharing-config:", "--nvml=sim:a100-80gb*2,mig=1:1g.10gb*7"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("rendered kustomization lacks %q:\n%s", want, y)
+		}
+	}
+}
+
+// kustomizeDeployer is a Deployer on a local node's layout in a fresh run
+// dir, enough to write and render its kustomization.
+func kustomizeDeployer(t *testing.T) (*Deployer, string) {
+	t.Helper()
+	if os.Getenv("NVINJECT_TOOLS_BIN") == "" {
 		t.Skip("NVINJECT_TOOLS_BIN is unset: run `make tools` to build kubectl")
 	}
 	repo, err := filepath.Abs("../..")
@@ -76,21 +75,18 @@ func TestKustomizationMIGAndSharing(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := t.TempDir()
-	d := &Deployer{node: localnode.New(localnode.WithRunDir(run)), repo: repo}
-	sharing := "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}"
-	dep := Deployment{GPUs: GPUs{NVML: "sim:a100-80gb*2,mig=1:1g.10gb*7", All: true, MIGStrategy: "mixed", Sharing: sharing},
-		UUID: "GPU-x", Kustomization: filepath.Join(run, "deploy", "nvinject")}
+	return &Deployer{node: localnode.New(localnode.WithRunDir(run)), repo: repo}, run
+}
+
+// render writes dep's kustomization and builds it with the pinned kubectl.
+func (d *Deployer) render(t *testing.T, dep Deployment) string {
+	t.Helper()
 	if err := d.writeKustomization(dep); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(filepath.Join(tools, "kubectl"), "kustomize", dep.Kustomization).CombinedOutput()
+	out, err := exec.Command(filepath.Join(os.Getenv("NVINJECT_TOOLS_BIN"), "kubectl"), "kustomize", dep.Kustomization).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl kustomize: %v\n%s", err, out)
 	}
-	y := string(out)
-	for _, want := range []string{"selected-gpu-uuid: all", "value: mixed", "name: " + SharingConfigMap, "replicas: 4", "nvinject.io/sharing-config:", "--nvml=sim:a100-80gb*2,mig=1:1g.10gb*7"} {
-		if !strings.Contains(y, want) {
-			t.Errorf("rendered kustomization lacks %q:\n%s", want, y)
-		}
-	}
+	return string(out)
 }
