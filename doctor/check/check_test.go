@@ -62,6 +62,8 @@ var devicePluginCases = []verdictCase{
 	}, Broken, "couldn't communicate", "host driver"},
 	{"driver lists no GPU", LayerDriver, func(e *evidence.Evidence) { e.SMI.GPUs = nil; e.SMI.Output = "No devices were found" }, Broken, "No devices", "nvkind"},
 	{"selected GPU not on worker", LayerDriver, func(e *evidence.Evidence) { e.Selected.UUIDs = []string{"GPU-other"} }, Broken, "GPU-other", "selected-gpu-uuid"},
+	{"MIG mode pending a reset", LayerDriver, func(e *evidence.Evidence) { e.SMI.GPUs[0].MIGPending = "Enabled" }, Broken, "MIG mode Enabled pending a reset (now Disabled)", "nvidia-smi -i 0 -r"},
+	{"MIG mode not supported", LayerDriver, func(e *evidence.Evidence) { e.SMI.GPUs[0].MIGPending = "[N/A]" }, OK, uuid, ""},
 	{"nvidia-smi not runnable", LayerDriver, func(e *evidence.Evidence) { e.SMI = evidence.SMIEvidence{Path: "nvidia-smi", Unread: "not found"} }, Unknown, "not found", "--nvidia-smi"},
 
 	{"registration ok", LayerRegistration, nil, OK, "capacity nvidia.com/gpu=1", ""},

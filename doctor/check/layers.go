@@ -58,6 +58,10 @@ func checkDriver(e evidence.Evidence) Verdict {
 	default:
 		for _, g := range s.GPUs {
 			f.fact("nvidia-smi: GPU %s %s %s mig=%s", g.Index, g.UUID, g.Name, g.MIGMode)
+			if p := g.MIGPending; p != "" && p != "[N/A]" && p != g.MIGMode {
+				f.problem(fmt.Sprintf("drain the node's GPU pods, then reset GPU %s (nvidia-smi -i %s -r) or reboot, and restart the device plugin or nvinject-dra so it publishes the GPU as it then is", g.Index, g.Index),
+					"GPU %s (%s) has MIG mode %s pending a reset (now %s): until the reset it is published as %s, and the reset will change what it publishes", g.Index, g.UUID, p, g.MIGMode, g.MIGMode)
+			}
 		}
 		if sel := e.Selected; sel.Unread == "" && !sel.All {
 			for _, u := range sel.UUIDs {

@@ -29,7 +29,7 @@ func collectSMI(ctx context.Context, path string) evidence.SMIEvidence {
 	}
 	ev.Output, ev.Failed = r.Output, r.Failed
 	for _, g := range r.GPUs {
-		ev.GPUs = append(ev.GPUs, evidence.GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, MIGMode: g.MIGMode})
+		ev.GPUs = append(ev.GPUs, evidence.GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, MIGMode: g.MIGMode, MIGPending: g.MIGPending})
 	}
 	return ev
 }

@@ -45,6 +45,8 @@ type GPU struct {
 	UUID    string `json:"uuid"`
 	Name    string `json:"name"`
 	MIGMode string `json:"migMode,omitempty"`
+	// MIGPending is the MIG mode the GPU takes at its next reset.
+	MIGPending string `json:"migPending,omitempty"`
 }
 
 // SMIEvidence is the result of running nvidia-smi on the worker.

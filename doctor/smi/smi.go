@@ -12,11 +12,12 @@ import (
 	"strings"
 )
 
-// Query is the seed's worker check.
-var Query = []string{"--query-gpu=index,uuid,name,mig.mode.current", "--format=csv,noheader"}
+// Query is the seed's worker check, with MIG mode pending a reset.
+var Query = []string{"--query-gpu=index,uuid,name,mig.mode.current,mig.mode.pending", "--format=csv,noheader"}
 
-// GPU is one line of the query.
-type GPU struct{ Index, UUID, Name, MIGMode string }
+// GPU is one line of the query. MIGPending is the MIG mode the GPU takes at
+// its next reset ("[N/A]" without MIG support).
+type GPU struct{ Index, UUID, Name, MIGMode, MIGPending string }
 
 // ErrNotRun is wrapped when nvidia-smi could not be started at all (so
 // nothing is known about the driver).
@@ -61,7 +62,7 @@ func Run(ctx context.Context, command string) (Result, error) {
 	return r, nil
 }
 
-// Parse reads "index, uuid, name, mig" CSV lines.
+// Parse reads "index, uuid, name[, mig mode[, pending mig mode]]" CSV lines.
 func Parse(out string) ([]GPU, error) {
 	rd := csv.NewReader(strings.NewReader(out))
 	rd.FieldsPerRecord = -1
@@ -78,6 +79,9 @@ func Parse(out string) ([]GPU, error) {
 		g := GPU{Index: rec[0], UUID: rec[1], Name: rec[2]}
 		if len(rec) > 3 {
 			g.MIGMode = rec[3]
+		}
+		if len(rec) > 4 {
+			g.MIGPending = rec[4]
 		}
 		gpus = append(gpus, g)
 	}

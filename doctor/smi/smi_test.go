@@ -54,3 +54,13 @@ func TestRun(t *testing.T) {
 		})
 	}
 }
+
+func TestParseMIGPending(t *testing.T) {
+	gpus, err := Parse("0, GPU-1, A100, Disabled, Enabled\n1, GPU-2, T4, [N/A], [N/A]\n2, GPU-3, A100, Enabled\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpus[0].MIGMode != "Disabled" || gpus[0].MIGPending != "Enabled" || gpus[1].MIGPending != "[N/A]" || gpus[2].MIGPending != "" {
+		t.Errorf("parsed %+v", gpus)
+	}
+}

@@ -40,7 +40,7 @@ func run(args []string, stdout, stderr io.Writer, facts, dev string) int {
 	c := cli.New("nvidia-smi-sim", "[--query-gpu=FIELDS --format=csv[,noheader]] | [-L]", cli.WithOutput(stdout, stderr),
 		cli.WithAbout("The SIMULATED nvidia-smi: reports the simulated GPUs whose /dev/nvidiaN the container has (NVINJECT_SIM_FACTS names the facts file; NVINJECT_SIM_HOST_VIEW=1 reports every GPU). It never touches a real GPU."))
 	fs := c.Flags()
-	query := fs.String("query-gpu", "", "comma list of fields: index,uuid,name,memory.total,pci.bus_id,driver_version,mig.mode.current")
+	query := fs.String("query-gpu", "", "comma list of fields: index,uuid,name,memory.total,pci.bus_id,driver_version,mig.mode.current,mig.mode.pending")
 	format := fs.String("format", "", "csv[,noheader][,nounits]")
 	list := fs.Bool("L", false, "list GPUs")
 	if err := c.Parse(args, nil); err != nil {
@@ -144,7 +144,9 @@ func queryCSV(stdout, stderr io.Writer, f simfacts.Facts, gpus []simfacts.GPU, q
 				row[i] = "0000" + g.PCIBusID
 			case "driver_version":
 				row[i] = f.DriverVersion
-			case "mig.mode.current":
+			case "mig.mode.current", "mig.mode.pending":
+				// The simulation changes MIG mode only with its layout, never
+				// pending a reset.
 				row[i] = "Disabled"
 				if g.MIG {
 					row[i] = "Enabled"
