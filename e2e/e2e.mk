@@ -13,8 +13,8 @@
 # unreachable Debian archive, uses the simulated driver root instead.
 MODE ?= device-plugin
 .PHONY: demo
-demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed (MODE=device-plugin|dra), the vLLM stand-in, the evidence
-	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) -mode $(MODE) $(if $(filter 1,$(KEEP)),-keep)
+demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed (MODE=device-plugin|dra, MIG=single|mixed), the vLLM stand-in, the evidence
+	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) -mode $(MODE) $(if $(MIG),-mig $(MIG)) $(if $(filter 1,$(KEEP)),-keep)
 
 # make e2e: the GPU scenarios on one shared node (the doctor's fault tests
 # run under make test).

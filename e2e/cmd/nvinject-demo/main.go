@@ -32,7 +32,17 @@ import (
 type config struct {
 	repo, bin, tools, runDir, layout string
 	mode                             mode
+	mig                              string
 	keep                             bool
+}
+
+// migNodes are the SIMULATED node and what it publishes for each -mig: the
+// seed's vLLM Deployment (nvidia.com/gpu: 1) lands on a MIG device under
+// single and on the whole GPU 0 under mixed, beside the MIG resources.
+var migNodes = map[string]simnode.GPUs{
+	"single": {NVML: "sim:a100-80gb,mig=0:1g.10gb*7", MIGStrategy: "single", Expect: map[string]int64{contract.ResourceName: 7}},
+	"mixed": {NVML: "sim:a100-80gb*2,mig=1:3g.40gb+1g.10gb*2", All: true, MIGStrategy: "mixed", Expect: map[string]int64{
+		contract.ResourceName: 1, contract.MIGResourceName(contract.ResourceName, "1g.10gb"): 2, contract.MIGResourceName(contract.ResourceName, "3g.40gb"): 1}},
 }
 
 // mode is who hands the node's GPU to kubelet: contract.DRAModeDevicePlugin
@@ -71,16 +81,24 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	flag.StringVar(&c.runDir, "run-dir", "/tmp/nvinject-demo", "the node's run dir (keep it short: unix socket paths)")
 	flag.BoolVar(&c.keep, "keep", false, "leave the node up (KEEP=1)")
 	flag.StringVar(&c.layout, "driver-layout", "", "driver root on the node: flat (default) or debian for NVIDIA's REAL user space (make driver-root), simulated for the placeholder root (DRIVER_LAYOUT)")
+	flag.StringVar(&c.mig, "mig", "none", "MIG on the SIMULATED node: none, single (an A100 split into seven 1g.10gb MIG devices, published as nvidia.com/gpu) or mixed (GPU 0 whole, GPU 1 as 3g.40gb + 2x1g.10gb) (MIG)")
 	flag.Var(&c.mode, "mode", "who hands the GPU to kubelet: `"+contract.DRAModeDevicePlugin+"|"+contract.DRAModeDRA+"`; dra labels the node "+contract.DRAModeLabel+"="+contract.DRAModeDRA+" for nvinject-dra (MODE)")
 	cmd.Env("tools-bin", "NVINJECT_TOOLS_BIN")
 	cmd.Env("driver-layout", "DRIVER_LAYOUT")
 	cmd.Env("mode", "MODE")
 	cmd.Env("keep", "KEEP")
+	cmd.Env("mig", "MIG")
 	if err := cmd.Parse(args, getenv); err != nil {
 		return config{}, err
 	}
 	if len(cmd.Args()) > 0 {
 		return config{}, cli.Usagef("unexpected arguments %q; nvinject-demo takes flags only", cmd.Args())
+	}
+	if _, ok := migNodes[c.mig]; !ok && c.mig != "none" {
+		return config{}, cli.Usagef("-mig=%q: use none, single or mixed", c.mig)
+	}
+	if c.mig != "none" && c.mode == contract.DRAModeDRA {
+		return config{}, cli.Usagef("-mig=%s with -mode=dra: the demo shows MIG on the device plugin path; run MIG=%s with MODE=device-plugin", c.mig, c.mig)
 	}
 	return c, nil
 }
@@ -188,7 +206,11 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 	}
 	var dep simnode.Deployment
 	if err := p.do("deploy nvinject (kubectl apply -k, DaemonSets Ready, GPU published)", func() (err error) {
-		dep, err = d.Deploy(ctx, simnode.GPUs{NVML: simnode.DefaultNVML})
+		g := simnode.GPUs{NVML: simnode.DefaultNVML}
+		if m, ok := migNodes[c.mig]; ok {
+			g = m
+		}
+		dep, err = d.Deploy(ctx, g)
 		return err
 	}); err != nil {
 		return err
@@ -218,5 +240,11 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 	}); err != nil {
 		return err
 	}
-	return p.do("evidence", func() error { return evidence{d: d, dep: dep, pod: pod, sh: shell{out: out}}.show(ctx, own) })
+	return p.do("evidence", func() error {
+		e := evidence{d: d, dep: dep, pod: pod, sh: shell{out: out}}
+		if err := e.show(ctx, own); err != nil || c.mig == "none" {
+			return err
+		}
+		return e.showMIG(ctx)
+	})
 }

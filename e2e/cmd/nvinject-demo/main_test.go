@@ -23,6 +23,9 @@ func TestModeFlag(t *testing.T) {
 		{args: []string{"-mode", "DRA"}, code: cli.ExitUsage, err: []string{"-mode", `"DRA"`, "use device-plugin or dra"}},
 		{env: map[string]string{"MODE": "nri"}, code: cli.ExitUsage, err: []string{"MODE=", "--mode", "use device-plugin or dra"}},
 		{args: []string{"dra"}, code: cli.ExitUsage, err: []string{`"dra"`, "flags only"}},
+		{args: []string{"-mig", "single"}, mode: "device-plugin"},
+		{env: map[string]string{"MIG": "half"}, code: cli.ExitUsage, err: []string{"half", "use none, single or mixed"}},
+		{args: []string{"-mig", "mixed", "-mode", "dra"}, code: cli.ExitUsage, err: []string{"MODE=device-plugin"}},
 	} {
 		var stdout, stderr bytes.Buffer
 		c, err := parse(tc.args, func(k string) string { return tc.env[k] }, &stdout, &stderr)

@@ -127,7 +127,10 @@ func (devicePlugin) published(ctx context.Context, e evidence) error {
 }
 
 func (devicePlugin) capacity(c, a int64) string {
-	return fmt.Sprintf("capacity %d, allocatable %d: the device plugin registered the one selected GPU with kubelet, healthy", c, a)
+	if c == 1 {
+		return fmt.Sprintf("capacity %d, allocatable %d: the device plugin registered the one selected GPU with kubelet, healthy", c, a)
+	}
+	return fmt.Sprintf("capacity %d, allocatable %d: the device plugin registered %d devices of nvidia.com/gpu with kubelet (MIG devices or replicas)", c, a, c)
 }
 
 func (devicePlugin) allocated(_ context.Context, e evidence) (string, string, error) {
@@ -192,3 +195,16 @@ func realDriver(ctx context.Context, d *simnode.Deployer, pod string, sh shell) 
 
 // noHook is what the spec check prints for a spec without the update-ldcache hook.
 const noHook = "the CDI spec runs no update-ldcache hook"
+
+// showMIG prints the MIG evidence: what the node publishes, and the MIG
+// device the vLLM pod sees with its access nodes.
+func (e evidence) showMIG(ctx context.Context) error {
+	sh := e.sh
+	sh.section("MIG (SIMULATED layout " + e.dep.NVML + ", MIG_STRATEGY=" + e.dep.MIGStrategy + "): the node's GPU resources")
+	if err := e.runAll(ctx, e.kubectl("get", "node", e.d.Node().Name(), "-o", `jsonpath={.status.allocatable}{"\n"}`)); err != nil {
+		return err
+	}
+	sh.section("MIG: what the vLLM container sees (nvidia-smi -L lists a MIG device only with its access node)")
+	return e.runAll(ctx, e.kubectl("exec", "-n", e.pod.Namespace, e.pod.Name, "--", "nvidia-smi-sim", "-L"),
+		e.kubectl("exec", "-n", e.pod.Namespace, e.pod.Name, "--", "sh", "-c", "ls -l /dev/nvidia* /dev/nvidia-caps 2>&1"))
+}
