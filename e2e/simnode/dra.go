@@ -92,8 +92,9 @@ patches:
 		reg, plugins, reg, plugins, reg, plugins, d.node.CDIDir(), d.node.PodResourcesDir())
 	if dep.NVML != DefaultNVML {
 		// The same simulated inventory as the device plugin's (writeKustomization).
-		content += fmt.Sprintf(`      - {op: test, path: /spec/template/spec/containers/0/args/0, value: --nvml=%s}
-      - {op: replace, path: /spec/template/spec/containers/0/args/0, value: --nvml=%s}
+		// Quoted: a MIG layout's commas would end a flow value.
+		content += fmt.Sprintf(`      - {op: test, path: /spec/template/spec/containers/0/args/0, value: "--nvml=%s"}
+      - {op: replace, path: /spec/template/spec/containers/0/args/0, value: "--nvml=%s"}
 `, DefaultNVML, dep.NVML)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
