@@ -248,3 +248,45 @@ func TestTimeSlicingFourPodsOnOneGPU(t *testing.T) {
 	}
 	t.Logf("FIGURE time-slicing: 5 pods created at once on 1 GPU with 4 replicas: %d Running on %s, %s Unschedulable", len(runningPods), shared.UUID, waiting[0])
 }
+
+// Sixteen pods created at once over eight GPUs of two replicas each: all
+// run, each GPU reaches exactly two of them, a seventeenth waits.
+func TestTimeSlicingSixteenOverEight(t *testing.T) {
+	d := need(t)
+	ctx := testCtx(t)
+	t.Cleanup(func() {
+		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
+			t.Errorf("restore the 1-GPU deployment: %v", err)
+		}
+	})
+	const sharing = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}"
+	if _, err := d.Deploy(ctx, simnode.GPUs{NVML: "sim:a100-80gb*8", All: true, Sharing: sharing, Expect: map[string]int64{simnode.Resource: 16}}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i := range 17 {
+		names = append(names, fmt.Sprintf("sliced8-%02d", i))
+	}
+	for _, n := range names {
+		createPod(t, ctx, n, gpuPod)
+	}
+	runningPods, waiting := splitPods(t, ctx, names, 16)
+	per := map[string][]string{}
+	for _, n := range runningPods {
+		got := containerGPUs(t, ctx, n)
+		if len(got) != 1 {
+			t.Errorf("pod %s sees %v, want one GPU", n, got)
+			continue
+		}
+		per[got[0]] = append(per[got[0]], n)
+	}
+	for u, pods := range per {
+		if len(pods) != 2 {
+			t.Errorf("GPU %s reaches %v, want exactly 2 pods", u, pods)
+		}
+	}
+	if len(per) != 8 {
+		t.Errorf("pods reach %d GPUs, want 8", len(per))
+	}
+	t.Logf("FIGURE time-slicing: 17 pods created at once on 8 GPUs x 2 replicas: 16 Running, 2 per GPU on %d GPUs, %s Unschedulable", len(per), waiting[0])
+}
