@@ -79,6 +79,23 @@ func checkMIGPod(t *testing.T, ctx context.Context, node gpu.Node, pod, profile 
 	return m.UUID
 }
 
+// deployFor deploys g for the test and restores the suite's 1-GPU
+// deployment when it ends.
+func deployFor(t *testing.T, ctx context.Context, g simnode.GPUs) simnode.Deployment {
+	t.Helper()
+	d := need(t)
+	t.Cleanup(func() {
+		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
+			t.Errorf("restore the 1-GPU deployment: %v", err)
+		}
+	})
+	got, err := d.Deploy(ctx, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 // splitPods waits until n of the pods named run and the rest are
 // Unschedulable, and returns the two lists.
 func splitPods(t *testing.T, ctx context.Context, names []string, n int) (runningPods, waiting []string) {
@@ -123,20 +140,12 @@ func unschedulable(p *corev1.Pod) bool {
 // on one node, each sees exactly its allocation, and a third 1g.10gb pod
 // waits.
 func TestMIGMixed(t *testing.T) {
-	d := need(t)
 	ctx := testCtx(t)
 	const nvml = "sim:a100-80gb*2,mig=1:3g.40gb+1g.10gb*2"
 	small, big := contract.MIGResourceName(simnode.Resource, "1g.10gb"), contract.MIGResourceName(simnode.Resource, "3g.40gb")
-	t.Cleanup(func() {
-		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
-			t.Errorf("restore the 1-GPU deployment: %v", err)
-		}
-	})
 	t0 := time.Now()
-	if _, err := d.Deploy(ctx, simnode.GPUs{NVML: nvml, All: true, MIGStrategy: "mixed",
-		Expect: map[string]int64{simnode.Resource: 1, small: 2, big: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	deployFor(t, ctx, simnode.GPUs{NVML: nvml, All: true, MIGStrategy: "mixed",
+		Expect: map[string]int64{simnode.Resource: 1, small: 2, big: 1}})
 	t.Logf("FIGURE MIG mixed: %s published as %s=1 %s=2 %s=1 in %s", nvml, simnode.Resource, small, big, time.Since(t0).Round(100*time.Millisecond))
 	node, err := simnode.SimulatedGPUs(ctx, nvml)
 	if err != nil {
@@ -178,14 +187,7 @@ func TestMIGSingleSevenAtOnce(t *testing.T) {
 	d := need(t)
 	ctx := testCtx(t)
 	const nvml = "sim:a100-80gb,mig=0:1g.10gb*7"
-	t.Cleanup(func() {
-		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
-			t.Errorf("restore the 1-GPU deployment: %v", err)
-		}
-	})
-	if _, err := d.Deploy(ctx, simnode.GPUs{NVML: nvml, MIGStrategy: "single", Expect: map[string]int64{simnode.Resource: 7}}); err != nil {
-		t.Fatal(err)
-	}
+	deployFor(t, ctx, simnode.GPUs{NVML: nvml, MIGStrategy: "single", Expect: map[string]int64{simnode.Resource: 7}})
 	node, err := simnode.SimulatedGPUs(ctx, nvml)
 	if err != nil {
 		t.Fatal(err)
@@ -221,18 +223,9 @@ func TestMIGSingleSevenAtOnce(t *testing.T) {
 // published as four replicas; four pods created at once all run on it,
 // each seeing only it; a fifth waits.
 func TestTimeSlicingFourPodsOnOneGPU(t *testing.T) {
-	d := need(t)
 	ctx := testCtx(t)
-	t.Cleanup(func() {
-		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
-			t.Errorf("restore the 1-GPU deployment: %v", err)
-		}
-	})
 	const sharing = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}"
-	shared, err := d.Deploy(ctx, simnode.GPUs{NVML: simnode.DefaultNVML, Sharing: sharing, Expect: map[string]int64{simnode.Resource: 4}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	shared := deployFor(t, ctx, simnode.GPUs{NVML: simnode.DefaultNVML, Sharing: sharing, Expect: map[string]int64{simnode.Resource: 4}})
 	var names []string
 	for i := range 5 {
 		names = append(names, fmt.Sprintf("sliced-%d", i))
@@ -252,17 +245,9 @@ func TestTimeSlicingFourPodsOnOneGPU(t *testing.T) {
 // Sixteen pods created at once over eight GPUs of two replicas each: all
 // run, each GPU reaches exactly two of them, a seventeenth waits.
 func TestTimeSlicingSixteenOverEight(t *testing.T) {
-	d := need(t)
 	ctx := testCtx(t)
-	t.Cleanup(func() {
-		if _, err := d.Deploy(context.Background(), dep.GPUs); err != nil {
-			t.Errorf("restore the 1-GPU deployment: %v", err)
-		}
-	})
 	const sharing = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}"
-	if _, err := d.Deploy(ctx, simnode.GPUs{NVML: "sim:a100-80gb*8", All: true, Sharing: sharing, Expect: map[string]int64{simnode.Resource: 16}}); err != nil {
-		t.Fatal(err)
-	}
+	deployFor(t, ctx, simnode.GPUs{NVML: "sim:a100-80gb*8", All: true, Sharing: sharing, Expect: map[string]int64{simnode.Resource: 16}})
 	var names []string
 	for i := range 17 {
 		names = append(names, fmt.Sprintf("sliced8-%02d", i))
