@@ -2,6 +2,8 @@ package collect
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -54,5 +56,26 @@ nvinject_device_plugin_gpu_held{uuid="GPU-c",holder="dra-claim",pod="default/old
 	want := []evidence.HeldGPU{{UUID: "GPU-a", Holder: contract.HeldUnknown}, {UUID: "GPU-b", Holder: contract.HeldByDRAClaim, Pod: "default/vllm", Claim: "default/vllm-gpu"}}
 	if got := heldGPUs(f); !slices.Equal(got, want) {
 		t.Errorf("heldGPUs = %+v, want %+v", got, want)
+	}
+}
+
+// A GPU with MIG mode on is in the spec as its MIG devices: its UUID counts
+// as resolved; a GPU in no spec does not.
+func TestCollectCDIMIGParent(t *testing.T) {
+	dir := t.TempDir()
+	spec := `cdiVersion: "0.6.0"
+kind: nvidia.com/gpu
+devices:
+  - name: MIG-aaaa
+    annotations: {nvinject.io/mig-parent: ` + uuid + `}
+    containerEdits:
+      deviceNodes: [{path: /dev/nvidia0, type: c, major: 195, minor: 0}]
+`
+	if err := os.WriteFile(filepath.Join(dir, "nvidia.com-gpu.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ev := collectCDI([]string{dir}, []string{"nvidia.com/gpu=" + uuid, "nvidia.com/gpu=GPU-gone"})
+	if !slices.Equal(ev.Unresolved, []string{"nvidia.com/gpu=GPU-gone"}) {
+		t.Errorf("unresolved %v (errors %v), want only the GPU in no spec", ev.Unresolved, ev.Errors)
 	}
 }

@@ -220,8 +220,16 @@ func collectCDI(dirs, wanted []string) evidence.CDIEvidence {
 	}
 	slices.SortFunc(ev.Errors, func(a, b evidence.SpecError) int { return strings.Compare(a.Path, b.Path) })
 	ev.Devices = cache.ListDevices()
+	// A GPU with MIG mode on is in the spec as its MIG devices only.
+	migParents := map[string]bool{}
+	for _, n := range ev.Devices {
+		if d := cache.GetDevice(n); d != nil && d.Annotations[contract.MIGParentAnnotation] != "" {
+			kind, _, _ := strings.Cut(n, "=")
+			migParents[kind+"="+d.Annotations[contract.MIGParentAnnotation]] = true
+		}
+	}
 	for _, n := range wanted {
-		if cache.GetDevice(n) == nil {
+		if cache.GetDevice(n) == nil && !migParents[n] {
 			ev.Unresolved = append(ev.Unresolved, n)
 		}
 	}
