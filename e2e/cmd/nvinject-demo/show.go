@@ -206,5 +206,5 @@ func (e evidence) showMIG(ctx context.Context) error {
 	}
 	sh.section("MIG: what the vLLM container sees (nvidia-smi -L lists a MIG device only with its access node)")
 	return e.runAll(ctx, e.kubectl("exec", "-n", e.pod.Namespace, e.pod.Name, "--", "nvidia-smi-sim", "-L"),
-		e.kubectl("exec", "-n", e.pod.Namespace, e.pod.Name, "--", "sh", "-c", "ls -l /dev/nvidia* /dev/nvidia-caps 2>&1"))
+		e.kubectl("exec", "-n", e.pod.Namespace, e.pod.Name, "--", "sh", "-c", "ls -l /dev/nvidia*; if [ -d /dev/nvidia-caps ]; then ls -l /dev/nvidia-caps; else echo 'no /dev/nvidia-caps: a whole GPU'; fi"))
 }
