@@ -96,6 +96,18 @@ func deployFor(t *testing.T, ctx context.Context, g simnode.GPUs) simnode.Deploy
 	return got
 }
 
+// createGPUPods creates n GPU pods named by format and i, one after another
+// without waiting, and returns their names.
+func createGPUPods(t *testing.T, ctx context.Context, format string, n int) []string {
+	t.Helper()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf(format, i)
+		createPod(t, ctx, names[i], gpuPod)
+	}
+	return names
+}
+
 // splitPods waits until n of the pods named run and the rest are
 // Unschedulable, and returns the two lists.
 func splitPods(t *testing.T, ctx context.Context, names []string, n int) (runningPods, waiting []string) {
@@ -192,13 +204,7 @@ func TestMIGSingleSevenAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for i := range 8 {
-		names = append(names, fmt.Sprintf("mig-seven-%d", i))
-	}
-	for _, n := range names {
-		createPod(t, ctx, n, gpuPod)
-	}
+	names := createGPUPods(t, ctx, "mig-seven-%d", 8)
 	runningPods, waiting := splitPods(t, ctx, names, 7)
 	seen := map[string]string{}
 	for _, n := range runningPods {
@@ -226,13 +232,7 @@ func TestTimeSlicingFourPodsOnOneGPU(t *testing.T) {
 	ctx := testCtx(t)
 	const sharing = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}"
 	shared := deployFor(t, ctx, simnode.GPUs{NVML: simnode.DefaultNVML, Sharing: sharing, Expect: map[string]int64{simnode.Resource: 4}})
-	var names []string
-	for i := range 5 {
-		names = append(names, fmt.Sprintf("sliced-%d", i))
-	}
-	for _, n := range names {
-		createPod(t, ctx, n, gpuPod)
-	}
+	names := createGPUPods(t, ctx, "sliced-%d", 5)
 	runningPods, waiting := splitPods(t, ctx, names, 4)
 	for _, n := range runningPods {
 		if got := containerGPUs(t, ctx, n); !slices.Equal(got, []string{shared.UUID}) {
@@ -248,13 +248,7 @@ func TestTimeSlicingSixteenOverEight(t *testing.T) {
 	ctx := testCtx(t)
 	const sharing = "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}"
 	deployFor(t, ctx, simnode.GPUs{NVML: "sim:a100-80gb*8", All: true, Sharing: sharing, Expect: map[string]int64{simnode.Resource: 16}})
-	var names []string
-	for i := range 17 {
-		names = append(names, fmt.Sprintf("sliced8-%02d", i))
-	}
-	for _, n := range names {
-		createPod(t, ctx, n, gpuPod)
-	}
+	names := createGPUPods(t, ctx, "sliced8-%02d", 17)
 	runningPods, waiting := splitPods(t, ctx, names, 16)
 	per := map[string][]string{}
 	for _, n := range runningPods {
