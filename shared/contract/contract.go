@@ -24,6 +24,11 @@ func CDIKind(vendor, class string) string { return vendor + "/" + class }
 // the directories containerd and the NRI plugin read (containerd's default).
 const CDISpecDir = "/var/run/cdi"
 
+// MPSDir is the host directory under which nvinject runs MPS control
+// daemons, one directory per daemon (its pipe, log and shm directories),
+// mounted into the containers that share through it.
+const MPSDir = "/run/nvinject/mps"
+
 // CDISpecDirs returns containerd's default CDI spec directories.
 func CDISpecDirs() []string { return []string{"/etc/cdi", "/var/run/cdi"} }
 
@@ -85,6 +90,10 @@ const (
 	// how many containers of different pods may hold it at once under
 	// time-slicing (absent: one).
 	SharedReplicasAnnotation = "nvinject.io/shared-replicas"
+	// MPSPipeDirAnnotation on a GPU's or MIG device's CDI device shared
+	// through MPS is the host directory of its MPS control daemon's pipes
+	// (MPSDir/<daemon>/pipe; its control socket is "control").
+	MPSPipeDirAnnotation = "nvinject.io/mps-pipe-dir"
 	// DriverVersionAnnotation on a CDI spec is the driver it was made from.
 	DriverVersionAnnotation = "nvinject.io/driver-version"
 	// SimulatedAnnotation marks a CDI spec made from a SIMULATED GPU.
