@@ -1,12 +1,14 @@
 package spec_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -105,4 +107,76 @@ func TestSharedReplicasAnnotation(t *testing.T) {
 	if _, err := spec.New(spec.WithDriverRoot(root), spec.WithSharedReplicas(map[string]int{"GPU-nope": 2})).Generate(node, node.Devices); err == nil || !strings.Contains(err.Error(), "GPU-nope") {
 		t.Errorf("unknown shared device: %v", err)
 	}
+}
+
+// An MPS-shared GPU's and MIG device's CDI devices make their containers
+// clients of their daemon (pipe dir, /dev/shm, limits, by the index name
+// too); other devices get none of it; bad shares are refused.
+func TestMPSShareEdits(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb*2,mig=1:1g.10gb*2")
+	whole, mig, other := node.Devices[0].UUID, node.Devices[1].MIG[1].UUID, node.Devices[1].MIG[0].UUID
+	shares := map[string]spec.MPSShare{
+		whole: {PipeDir: "/run/nvinject/mps/" + whole + "/pipe", ShmDir: "/run/nvinject/mps/shm", ActiveThreadPercentage: 25, PinnedMemoryMiB: 20480},
+		mig:   {PipeDir: "/run/nvinject/mps/" + mig + "/pipe", ShmDir: "/run/nvinject/mps/shm", ActiveThreadPercentage: 50},
+	}
+	s, err := spec.New(spec.WithDriverRoot(root), spec.WithNameStrategy(spec.NameIndex), spec.WithMPS(shares)).Generate(node, node.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]struct {
+		share  *spec.MPSShare
+		pinned string
+	}{
+		whole: {ptr(shares[whole]), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M"}, "0": {ptr(shares[whole]), "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M"},
+		mig: {ptr(shares[mig]), ""}, "1:1": {ptr(shares[mig]), ""}, other: {}, "1:0": {},
+	} {
+		d := device(t, s, name)
+		env := strings.Join(d.ContainerEdits.Env, " ")
+		if want.share == nil {
+			if strings.Contains(env, "CUDA_MPS") || len(d.ContainerEdits.Mounts) != 0 || d.Annotations[contract.MPSPipeDirAnnotation] != "" {
+				t.Errorf("%s is not MPS-shared but has env %s, mounts %v", name, env, d.ContainerEdits.Mounts)
+			}
+			continue
+		}
+		for _, e := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + want.share.PipeDir, fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", want.share.ActiveThreadPercentage), want.pinned} {
+			if !strings.Contains(env, e) {
+				t.Errorf("%s: env %s lacks %s", name, env, e)
+			}
+		}
+		if want.pinned == "" && strings.Contains(env, "PINNED") {
+			t.Errorf("%s: pinned limit without one configured: %s", name, env)
+		}
+		mounts := map[string]string{}
+		for _, m := range d.ContainerEdits.Mounts {
+			mounts[m.ContainerPath] = m.HostPath
+		}
+		if mounts[want.share.PipeDir] != want.share.PipeDir || mounts["/dev/shm"] != want.share.ShmDir {
+			t.Errorf("%s: mounts %v", name, mounts)
+		}
+		if d.Annotations[contract.MPSPipeDirAnnotation] != want.share.PipeDir {
+			t.Errorf("%s: pipe dir annotation %q", name, d.Annotations[contract.MPSPipeDirAnnotation])
+		}
+	}
+	for _, bad := range []map[string]spec.MPSShare{
+		{"GPU-nope": shares[whole]},
+		{whole: {PipeDir: "pipe", ShmDir: "/shm", ActiveThreadPercentage: 50}},
+		{whole: {PipeDir: "/pipe", ShmDir: "/shm", ActiveThreadPercentage: 0}},
+	} {
+		if _, err := spec.New(spec.WithDriverRoot(root), spec.WithMPS(bad)).Generate(node, node.Devices); err == nil || !strings.Contains(err.Error(), "MPS") {
+			t.Errorf("bad share %v: %v", bad, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func device(t *testing.T, s *specs.Spec, name string) specs.Device {
+	t.Helper()
+	for _, d := range s.Devices {
+		if d.Name == name {
+			return d
+		}
+	}
+	t.Fatalf("no device %s in the spec", name)
+	return specs.Device{}
 }

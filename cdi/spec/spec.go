@@ -59,6 +59,7 @@ func ParseNameStrategy(v string) (NameStrategy, error) {
 var (
 	mountOpts = []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
 	ipcOpts   = []string{"nosuid", "nodev", "rbind", "rprivate", "noexec"}
+	mpsOpts   = []string{"rw", "nosuid", "nodev", "rbind", "rprivate", "noexec"}
 )
 
 // Hook commands of the createContainer hooks the spec runs, in this order.
@@ -78,6 +79,18 @@ type Generator struct {
 	names          NameStrategy
 	hookBinary     string
 	replicas       map[string]int
+	mps            map[string]MPSShare
+}
+
+// MPSShare is how a GPU or MIG device shared through MPS reaches its
+// clients: its control daemon's pipe directory and the daemons' shared
+// memory directory (host paths, mounted at the same paths; the memory at
+// /dev/shm), and each client's limits.
+type MPSShare struct {
+	PipeDir, ShmDir        string
+	ActiveThreadPercentage int
+	// PinnedMemoryMiB is 0 for no limit.
+	PinnedMemoryMiB uint64
 }
 
 // Option configures a Generator.
@@ -113,6 +126,12 @@ func WithHookBinary(p string) Option { return func(g *Generator) { g.hookBinary 
 func WithSharedReplicas(replicas map[string]int) Option {
 	return func(g *Generator) { g.replicas = replicas }
 }
+
+// WithMPS gives the CDI device of each GPU or MIG device UUID in shares
+// what an MPS client needs: CUDA_MPS_PIPE_DIRECTORY and its daemon's pipe
+// directory, the daemons' /dev/shm, and its limits in MPS's client env
+// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT).
+func WithMPS(shares map[string]MPSShare) Option { return func(g *Generator) { g.mps = shares } }
 
 // New returns a Generator.
 func New(opts ...Option) *Generator {
@@ -177,6 +196,7 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 				}
 				edits := migEdits(m)
 				ann := g.annotations(d, m.UUID)
+				g.share(&edits, ann, m.UUID)
 				ann[contract.MIGParentAnnotation], ann[contract.MIGProfileAnnotation] = d.UUID, m.Profile
 				s.Devices = append(s.Devices, specs.Device{Name: m.UUID, Annotations: ann, ContainerEdits: edits})
 				if g.names == NameIndex {
@@ -187,6 +207,7 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 		}
 		edits := g.deviceEdits(d)
 		ann := g.annotations(d, d.UUID)
+		g.share(&edits, ann, d.UUID)
 		s.Devices = append(s.Devices, specs.Device{Name: d.UUID, Annotations: ann, ContainerEdits: edits})
 		if g.names == NameIndex {
 			s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(d.Index), Annotations: ann, ContainerEdits: edits})
@@ -198,6 +219,14 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 	for u := range g.replicas {
 		if !slices.ContainsFunc(s.Devices, func(d specs.Device) bool { return d.Name == u }) {
 			return nil, fmt.Errorf("shared device %s is not among the spec's GPUs and MIG devices; share a published one", u)
+		}
+	}
+	for u, share := range g.mps {
+		if !slices.ContainsFunc(s.Devices, func(d specs.Device) bool { return d.Name == u }) {
+			return nil, fmt.Errorf("MPS-shared device %s is not among the spec's GPUs and MIG devices; share a published one", u)
+		}
+		if !path.IsAbs(share.PipeDir) || !path.IsAbs(share.ShmDir) || share.ActiveThreadPercentage < 1 || share.ActiveThreadPercentage > 100 {
+			return nil, fmt.Errorf("MPS share of %s: pipe dir %q and shm dir %q must be absolute and the active thread percentage %d within 1..100", u, share.PipeDir, share.ShmDir, share.ActiveThreadPercentage)
 		}
 	}
 	var all specs.ContainerEdits
@@ -238,6 +267,24 @@ func (g *Generator) annotations(d gpu.Device, uuid string) map[string]string {
 		ann[contract.SharedReplicasAnnotation] = strconv.Itoa(n)
 	}
 	return ann
+}
+
+// share makes the device of uuid an MPS client of its daemon, if it is
+// shared through MPS.
+func (g *Generator) share(e *specs.ContainerEdits, ann map[string]string, uuid string) {
+	share, ok := g.mps[uuid]
+	if !ok {
+		return
+	}
+	ann[contract.MPSPipeDirAnnotation] = share.PipeDir
+	e.Env = append(e.Env, "CUDA_MPS_PIPE_DIRECTORY="+share.PipeDir, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+strconv.Itoa(share.ActiveThreadPercentage))
+	if share.PinnedMemoryMiB > 0 {
+		// Device 0: an MPS client container gets one shared device.
+		e.Env = append(e.Env, fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", share.PinnedMemoryMiB))
+	}
+	e.Mounts = append(e.Mounts,
+		&specs.Mount{HostPath: share.PipeDir, ContainerPath: share.PipeDir, Options: mpsOpts},
+		&specs.Mount{HostPath: share.ShmDir, ContainerPath: "/dev/shm", Options: mpsOpts})
 }
 
 func (g *Generator) deviceEdits(d gpu.Device) specs.ContainerEdits {
