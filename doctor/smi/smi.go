@@ -16,6 +16,9 @@ import (
 // Query is the seed's worker check, with MIG mode pending a reset.
 var Query = []string{"--query-gpu=index,uuid,name,mig.mode.current,mig.mode.pending", "--format=csv,noheader"}
 
+// MIGEnabled is mig.mode.current of a GPU with MIG mode on.
+const MIGEnabled = "Enabled"
+
 // GPU is one line of the query. MIGPending is the MIG mode the GPU takes at
 // its next reset ("[N/A]" without MIG support).
 type GPU struct{ Index, UUID, Name, MIGMode, MIGPending string }
