@@ -112,6 +112,7 @@ func registrationCauses(e evidence.Evidence, f *finding) {
 func checkRegistration(e evidence.Evidence) Verdict {
 	var f finding
 	ownerFacts(e, &f)
+	migFindings(e, &f)
 	n := e.NodeStatus
 	if n.Unread == "" && n.Published && n.Capacity > 0 {
 		// kubelet keeps an earlier registration's capacity for a while
