@@ -15,8 +15,9 @@
 // other import, and on one from evidence or check that could do I/O.
 //
 // collect (with its I/O helpers ctrdconfig, kubeexec, promtext, smi) reads
-// nvidia-smi, the kubelet device-plugins dir, the daemons' /metrics, the CDI
-// spec dirs, containerd's config and the API server into an
+// nvidia-smi, the kubelet device-plugins dir and PodResources, the daemons'
+// /metrics, the CDI spec dirs and MPS control sockets, containerd's config
+// and the API server into an
 // evidence.Evidence; check judges it with one table of checks per mode
 // (check.DevicePlugin, check.DRA), pure functions that import only
 // evidence; render writes the verdicts. Run wires them for the command and
@@ -33,9 +34,17 @@
 //	  kubelet.sock gone)                                            Node without capacity / plugin logs, restart plugin or kubelet
 //	unhealthy device (POST /debug/sim/xid     health        broken  allocatable < capacity, device Unhealthy with its Xid /
 //	  ?uuid=&xid= on the plugin)                                    quiet period, SIGHUP, POST /debug/sim/recover?uuid=
+//	MIG layout changed, not republished;      registration  broken  the MIG devices live but unpublished, or published but
+//	  a MIG GPU under MIG_STRATEGY=none                             gone (CDI spec, Node capacity, ResourceSlice) / run again
+//	                                                                after --mig-rescan-interval, daemon logs, restart its pod;
+//	                                                                set MIG_STRATEGY=single|mixed
 //	GPU taken by another pod                  scheduling    broken  pending pod's "Insufficient nvidia.com/gpu" and the
 //	                                                                holders / delete or scale down the holder
 //	Allocate fails in the plugin              allocate      broken  pod status "Allocate failed" / plugin logs, re-register
+//	shared GPU held by more pods than its     allocate      broken  the device, its shared-replicas and the pods (kubelet's
+//	  replicas, an exclusive one by two                             PodResources) / delete the newest pods, restore replicas
+//	MPS control daemon down                   allocate      broken  the device and its mps-pipe-dir control socket / device
+//	                                                                plugin logs, restart its pod
 //	nvinject-nri not connected (pod Pending   injection     broken  its pod's waiting reason, last error and events (FailedMount
 //	  on a missing hostPath, crash-looping,                         with the path), nvinject_nri_connected 0, GPU pods refused
 //	  no pod, disconnected)                                         "required plugin "nvinject" not present" / the DaemonSet

@@ -87,7 +87,7 @@ func newNode(t *testing.T) node {
 	}))
 	t.Cleanup(srv.Close)
 	return node{opts: Options{
-		KubeletDir: kubelet, CDISpecDirs: []string{cdiDir}, ContainerdConfig: conf, NvidiaSMI: smiPath,
+		KubeletDir: kubelet, CDISpecDirs: []string{cdiDir}, ContainerdConfig: conf, NvidiaSMI: smiPath, PodResourcesSocket: filepath.Join(dir, "pod-resources.sock"),
 		DevicePluginMetrics: srv.URL + "/plugin", NRIMetrics: srv.URL + "/nri", HTTPClient: srv.Client(),
 	}}
 }

@@ -58,7 +58,7 @@ var (
 var DevicePlugin = []Check{
 	driver,
 	{Layer: LayerRegistration, Symptom: "worker sees the GPU but the Node has no nvidia.com/gpu", Seed: seedRegistration,
-		Reads: "the node's mode (label " + contract.DRAModeLabel + ", daemons), Node capacity, the device-plugins dir (kubelet.sock, plugin socket), the plugin's pod (state, restarts, last error) and metrics (registrations, streams, devices)",
+		Reads: "the node's mode (label " + contract.DRAModeLabel + ", daemons), Node capacity, the device-plugins dir (kubelet.sock, plugin socket), the plugin's pod (state, restarts, last error) and metrics (registrations, streams, devices), the live MIG devices (nvidia-smi -L) against the CDI spec's and Node capacity's (nvidia.com/mig-<profile> under mixed, nvidia.com/gpu under single), the plugin's MIG_STRATEGY",
 		Eval:  checkRegistration},
 	{Layer: LayerHealth, Symptom: "capacity 1 but allocatable 0", Seed: seedHealth,
 		Reads: "Node capacity vs allocatable, the plugin's device_healthy, health_events and gpu_held metrics, whether the plugin's pod runs",
@@ -67,7 +67,7 @@ var DevicePlugin = []Check{
 		Reads: "GPU requests of pods bound to the node, unscheduled GPU pods and their FailedScheduling messages",
 		Eval:  checkScheduling},
 	{Layer: LayerAllocate, Symptom: "pod bound but Allocate failed", Seed: seedAllocate,
-		Reads: "pod status and UnexpectedAdmissionError events with Allocate failed, the plugin's refused Allocate counter",
+		Reads: "pod status and UnexpectedAdmissionError events with Allocate failed, the plugin's refused Allocate counter, kubelet's PodResources (which pods hold each GPU and MIG device) against the CDI spec's " + contract.SharedReplicasAnnotation + ", the MPS control socket under each " + contract.MPSPipeDirAnnotation,
 		Eval:  checkAllocate},
 	injection,
 	cdiRuntime,
@@ -80,7 +80,7 @@ var DevicePlugin = []Check{
 var DRA = []Check{
 	driver,
 	{Layer: LayerRegistration, Symptom: "worker sees the GPU but no ResourceSlice offers it", Seed: seedRegistration,
-		Reads: "the node's mode and its other owner, nvinject-dra's pod and metrics (registered), the driver's ResourceSlices for the node and their devices, DeviceClass " + contract.DRADriver + " and its extendedResourceName, Node allocatable (0 on a DRA node)",
+		Reads: "the node's mode and its other owner, nvinject-dra's pod and metrics (registered), the driver's ResourceSlices for the node and their devices, DeviceClass " + contract.DRADriver + " and its extendedResourceName, Node allocatable (0 on a DRA node), the live MIG devices (nvidia-smi -L) against the CDI spec's and the ResourceSlices' (" + contract.DRAAttrType + "=" + contract.DRATypeMIG + "), nvinject-dra's MIG_STRATEGY",
 		Eval:  checkDRARegistration},
 	{Layer: LayerHealth, Symptom: "the GPU is published but tainted, or a pod's device Unhealthy", Seed: seedHealth,
 		Reads: "ResourceSlice device taints (" + contract.DRATaintKey + ", " + contract.DRAHeldTaintKey + "), nvinject-dra's device_healthy, health_events and health_streams metrics, pods' status.containerStatuses[].allocatedResourcesStatus (KEP-4680)",

@@ -76,6 +76,7 @@ func checkDRARegistration(e evidence.Evidence) Verdict {
 	default:
 		f.fact("DeviceClass %s serves extended resource %s (KEP-5004)", c.Name, c.ExtendedResourceName)
 	}
+	migFindings(e, &f)
 	if n := e.NodeStatus; n.Unread == "" && n.Allocatable > 0 {
 		f.problem(fixTwoOwners, "Node %s still has allocatable %s=%d from a device plugin: the scheduler serves %s requests from it, not through DRA", e.Node, e.Resource, n.Allocatable, e.Resource)
 	}

@@ -112,6 +112,7 @@ func registrationCauses(e evidence.Evidence, f *finding) {
 func checkRegistration(e evidence.Evidence) Verdict {
 	var f finding
 	ownerFacts(e, &f)
+	migFindings(e, &f)
 	n := e.NodeStatus
 	if n.Unread == "" && n.Published && n.Capacity > 0 {
 		// kubelet keeps an earlier registration's capacity for a while
@@ -289,6 +290,7 @@ func checkAllocate(e evidence.Evidence) Verdict {
 	if e.Plugin.Unread == "" && e.Plugin.AllocateErrors != nil {
 		f.fact("plugin counted %s failed Allocate calls since it started", num(e.Plugin.AllocateErrors))
 	}
+	sharingFindings(e, &f)
 	a := e.Allocate
 	if a.Unread != "" {
 		f.unread("pods and kubelet events", a.Unread)
@@ -304,7 +306,7 @@ func checkAllocate(e evidence.Evidence) Verdict {
 	if len(a.Failures) == 0 {
 		f.fact("no pod on %s was rejected with Allocate failed", e.Node)
 	}
-	return f.verdict("")
+	return f.verdict("run the doctor as root on the worker (--pod-resources-socket), so it can read kubelet's PodResources and the MPS control sockets")
 }
 
 func checkCDIRuntime(e evidence.Evidence) Verdict {

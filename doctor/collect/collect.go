@@ -69,10 +69,12 @@ func Node(ctx context.Context, o Options) evidence.Evidence {
 		e.SMI = evidence.SMIEvidence{Path: o.NvidiaSMI, Unread: why}
 		e.KubeletDir = evidence.KubeletDirEvidence{Dir: o.KubeletDir, Unread: why}
 		e.Containerd = evidence.ContainerdEvidence{Path: o.ContainerdConfig, Unread: why}
+		e.PodResources = evidence.PodResourcesEvidence{Socket: o.PodResourcesSocket, Unread: why}
 	} else {
 		e.SMI = collectSMI(ctx, o.NvidiaSMI)
 		e.KubeletDir = collectKubeletDir(o.KubeletDir)
 		e.Containerd = collectContainerd(o.ContainerdConfig)
+		e.PodResources = collectPodResources(ctx, o.PodResourcesSocket)
 	}
 	// Metrics are read over the pod network, so --remote does not stop them.
 	e.Plugin = collectPlugin(ctx, o, e.PluginPod)
@@ -82,7 +84,8 @@ func Node(ctx context.Context, o Options) evidence.Evidence {
 	if o.Remote {
 		e.CDI = evidence.CDIEvidence{Dirs: o.CDISpecDirs, Wanted: wantedNames(e, kind), Unread: "not on the worker (--remote)"}
 	} else {
-		e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, kind))
+		e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, kind), kind)
+		dialMPS(e.CDI.GPUDevices)
 	}
 	log.Debug("evidence collected", "node", e.Node)
 	return e

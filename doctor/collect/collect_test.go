@@ -74,7 +74,7 @@ devices:
 	if err := os.WriteFile(filepath.Join(dir, "nvidia.com-gpu.yaml"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ev := collectCDI([]string{dir}, []string{"nvidia.com/gpu=" + uuid, "nvidia.com/gpu=GPU-gone"})
+	ev := collectCDI([]string{dir}, []string{"nvidia.com/gpu=" + uuid, "nvidia.com/gpu=GPU-gone"}, "nvidia.com/gpu")
 	if !slices.Equal(ev.Unresolved, []string{"nvidia.com/gpu=GPU-gone"}) {
 		t.Errorf("unresolved %v (errors %v), want only the GPU in no spec", ev.Unresolved, ev.Errors)
 	}

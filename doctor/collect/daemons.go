@@ -15,6 +15,7 @@ import (
 
 	"github.com/nvinject/nvinject/doctor/evidence"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 )
 
 // maxDaemonMessage bounds the last error quoted from a daemon's pod.
@@ -52,6 +53,7 @@ func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, 
 	if pod.Status.PodIP != "" && port > 0 {
 		ev.MetricsURL = "http://" + joinHostPort(pod.Status.PodIP, port) + "/metrics"
 	}
+	ev.MIGStrategy = migStrategy(pod, app)
 	for _, cs := range pod.Status.ContainerStatuses {
 		ev.Restarts += cs.RestartCount
 		ev.Ready = cs.Ready
@@ -68,6 +70,39 @@ func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, 
 		ev.Events = daemonEvents(ctx, c, pod)
 	}
 	return ev
+}
+
+// migStrategy is the --mig-strategy pod's daemon runs with: the flag, which
+// wins, else the MIG_STRATEGY it sets, else app's default (none for the
+// device plugin, mixed for nvinject-dra); "" for a value from a ConfigMap
+// or Secret, which the doctor does not read.
+func migStrategy(pod *corev1.Pod, app string) string {
+	const flag, env = "--mig-strategy", "MIG_STRATEGY"
+	for _, c := range pod.Spec.Containers {
+		args := append(slices.Clone(c.Command), c.Args...)
+		for i, a := range args {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				return v
+			}
+			if a == flag && i+1 < len(args) {
+				return args[i+1]
+			}
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.Name == env && e.ValueFrom != nil {
+				return ""
+			}
+			if e.Name == env {
+				return e.Value
+			}
+		}
+	}
+	if app == contract.DRAApp {
+		return string(gpuselect.MIGMixed)
+	}
+	return string(gpuselect.MIGNone)
 }
 
 // maxDaemonEvents bounds how many of a daemon pod's events are quoted.

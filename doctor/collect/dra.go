@@ -78,8 +78,10 @@ func collectSlices(ctx context.Context, c kubernetes.Interface, node string) evi
 		ev.Slices = append(ev.Slices, s.Name)
 		for _, d := range s.Spec.Devices {
 			sd := evidence.SliceDevice{Pool: s.Spec.Pool.Name, Name: d.Name}
-			if a, ok := d.Attributes[contract.DRAAttrUUID]; ok && a.StringValue != nil {
-				sd.UUID = *a.StringValue
+			for attr, to := range map[string]*string{contract.DRAAttrUUID: &sd.UUID, contract.DRAAttrType: &sd.Type, contract.DRAAttrProfile: &sd.Profile} {
+				if a, ok := d.Attributes[resourceapi.QualifiedName(attr)]; ok && a.StringValue != nil {
+					*to = *a.StringValue
+				}
 			}
 			if m, ok := d.Capacity[contract.DRACapacityMemory]; ok {
 				sd.Memory = m.Value.String()

@@ -78,6 +78,15 @@ func nodeStatus(ctx context.Context, c kubernetes.Interface, node, resource stri
 		ev.Allocatable = q.Value()
 	}
 	ev.ModeLabel = n.Labels[contract.DRAModeLabel]
+	mig := contract.MIGResourceName(resource, "")
+	for name, q := range n.Status.Capacity {
+		if strings.HasPrefix(string(name), mig) {
+			if ev.MIGCapacity == nil {
+				ev.MIGCapacity = map[string]int64{}
+			}
+			ev.MIGCapacity[string(name)] = q.Value()
+		}
+	}
 	return ev
 }
 

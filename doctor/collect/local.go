@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -28,8 +29,21 @@ func collectSMI(ctx context.Context, path string) evidence.SMIEvidence {
 		return ev
 	}
 	ev.Output, ev.Failed = r.Output, r.Failed
+	mig := false
 	for _, g := range r.GPUs {
 		ev.GPUs = append(ev.GPUs, evidence.GPU{Index: g.Index, UUID: g.UUID, Name: g.Name, MIGMode: g.MIGMode, MIGPending: g.MIGPending})
+		mig = mig || g.MIGMode == smi.MIGEnabled
+	}
+	if !mig {
+		return ev
+	}
+	devs, err := smi.List(ctx, path)
+	if err != nil {
+		ev.MIGUnread = err.Error()
+		return ev
+	}
+	for _, d := range devs {
+		ev.MIGDevices = append(ev.MIGDevices, evidence.MIGDevice{Parent: d.Parent, Profile: d.Profile, UUID: d.UUID})
 	}
 	return ev
 }
@@ -192,7 +206,7 @@ func wantedNames(e evidence.Evidence, kind string) []string {
 	return out
 }
 
-func collectCDI(dirs, wanted []string) evidence.CDIEvidence {
+func collectCDI(dirs, wanted []string, kind string) evidence.CDIEvidence {
 	ev := evidence.CDIEvidence{Dirs: dirs, Wanted: wanted}
 	for _, d := range dirs {
 		if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
@@ -233,7 +247,45 @@ func collectCDI(dirs, wanted []string) evidence.CDIEvidence {
 			ev.Unresolved = append(ev.Unresolved, n)
 		}
 	}
+	ev.GPUDevices = gpuDevices(cache, ev.Devices, kind)
 	return ev
+}
+
+// gpuDevices are the GPUs and MIG devices among the cache's devices of
+// kind, one per UUID (the env naming it: contract.EnvUUIDPrefix or
+// EnvMIGUUIDPrefix) with every name it has; "all", which names several,
+// is none of them.
+func gpuDevices(cache *cdi.Cache, names []string, kind string) []evidence.CDIDevice {
+	var out []evidence.CDIDevice
+	for _, n := range names {
+		k, name, _ := strings.Cut(n, "=")
+		d := cache.GetDevice(n)
+		if k != kind || d == nil {
+			continue
+		}
+		var uuids []string
+		for _, env := range d.ContainerEdits.Env {
+			k, v, _ := strings.Cut(env, "=")
+			if strings.HasPrefix(k, contract.EnvUUIDPrefix) || strings.HasPrefix(k, contract.EnvMIGUUIDPrefix) {
+				uuids = append(uuids, v)
+			}
+		}
+		if len(uuids) != 1 {
+			continue
+		}
+		if i := slices.IndexFunc(out, func(c evidence.CDIDevice) bool { return c.UUID == uuids[0] }); i >= 0 {
+			out[i].Names = append(out[i].Names, name)
+			continue
+		}
+		a := d.Annotations
+		c := evidence.CDIDevice{UUID: uuids[0], Names: []string{name}, Parent: a[contract.MIGParentAnnotation], Profile: a[contract.MIGProfileAnnotation]}
+		c.Replicas, _ = strconv.Atoi(a[contract.SharedReplicasAnnotation])
+		if dir := a[contract.MPSPipeDirAnnotation]; dir != "" {
+			c.MPS = &evidence.MPSDaemon{PipeDir: dir}
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // held says whether a claim holds slice device d.

@@ -29,9 +29,12 @@ type Options struct {
 	// only node publishing Resource.
 	Node string
 
-	KubeletDir       string
-	CDISpecDirs      []string
-	ContainerdConfig string
+	KubeletDir string
+	// PodResourcesSocket is kubelet's PodResources socket, which says
+	// which container holds which device.
+	PodResourcesSocket string
+	CDISpecDirs        []string
+	ContainerdConfig   string
 	// NvidiaSMI is the nvidia-smi command line; a prefix can reach into
 	// the worker ("docker exec k8s-ai-infra-worker nvidia-smi").
 	NvidiaSMI string
@@ -86,6 +89,7 @@ const defaultAPITimeout = 10 * time.Second
 func Defaults() Options {
 	return Options{
 		KubeletDir:         "/var/lib/kubelet/device-plugins",
+		PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		CDISpecDirs:        contract.CDISpecDirs(),
 		ContainerdConfig:   "/etc/containerd/config.toml",
 		NvidiaSMI:          "nvidia-smi",
@@ -114,6 +118,7 @@ func (o Options) WithDefaults() Options {
 		}
 	}
 	str(&o.KubeletDir, d.KubeletDir)
+	str(&o.PodResourcesSocket, d.PodResourcesSocket)
 	str(&o.ContainerdConfig, d.ContainerdConfig)
 	str(&o.NvidiaSMI, d.NvidiaSMI)
 	str(&o.DaemonNamespace, d.DaemonNamespace)

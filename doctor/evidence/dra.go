@@ -35,6 +35,9 @@ type SliceDevice struct {
 	Name   string `json:"name"`
 	UUID   string `json:"uuid,omitempty"`
 	Memory string `json:"memory,omitempty"`
+	// Type is contract.DRATypeGPU or DRATypeMIG; Profile a MIG device's.
+	Type    string `json:"type,omitempty"`
+	Profile string `json:"profile,omitempty"`
 	// Taints are "key=value:effect".
 	Taints []string `json:"taints,omitempty"`
 }

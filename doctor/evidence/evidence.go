@@ -32,6 +32,8 @@ type Evidence struct {
 	Containerd   ContainerdEvidence   `json:"containerd"`
 	NRI          NRIEvidence          `json:"nri"`
 	App          AppEvidence          `json:"application"`
+	// PodResources is kubelet's assignment of devices to containers.
+	PodResources PodResourcesEvidence `json:"podResources"`
 	// Mode says whether the device plugin or nvinject-dra owns the node's
 	// GPUs; the DRA layers read DRAPod and DRA (collected in DRA mode only).
 	Mode   ModeEvidence   `json:"mode"`
@@ -57,6 +59,18 @@ type SMIEvidence struct {
 	Failed string `json:"failed,omitempty"`
 	Output string `json:"output,omitempty"`
 	GPUs   []GPU  `json:"gpus,omitempty"`
+	// MIGDevices are the live MIG devices (nvidia-smi -L), listed only when
+	// a GPU has MIG mode on; MIGUnread says why they could not be.
+	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	MIGUnread  string      `json:"migUnread,omitempty"`
+}
+
+// MIGDevice is one MIG device the driver has.
+type MIGDevice struct {
+	// Parent is its GPU's UUID.
+	Parent  string `json:"parent"`
+	Profile string `json:"profile"`
+	UUID    string `json:"uuid"`
 }
 
 // KubeletDirEvidence is what the kubelet device-plugins directory holds.
@@ -109,6 +123,9 @@ type NodeEvidence struct {
 	Allocatable int64  `json:"allocatable"`
 	// ModeLabel is the Node's contract.DRAModeLabel value.
 	ModeLabel string `json:"modeLabel,omitempty"`
+	// MIGCapacity is the capacity of each MIG resource the Node publishes
+	// (contract.MIGResourceName: MIG_STRATEGY=mixed).
+	MIGCapacity map[string]int64 `json:"migCapacity,omitempty"`
 }
 
 // SelectedEvidence is the ConfigMap value that limits the plugin's view.
@@ -182,6 +199,50 @@ type CDIEvidence struct {
 	// devices and container errors); Unresolved those the cache lacks.
 	Wanted     []string `json:"wanted,omitempty"`
 	Unresolved []string `json:"unresolved,omitempty"`
+	// GPUDevices are the GPUs and MIG devices of nvinject's CDI kind.
+	GPUDevices []CDIDevice `json:"gpuDevices,omitempty"`
+}
+
+// CDIDevice is one GPU or MIG device in the CDI specs, with the names it is
+// known by (its UUID, and its index under --device-name-strategy=index).
+type CDIDevice struct {
+	UUID  string   `json:"uuid"`
+	Names []string `json:"names"`
+	// Parent and Profile are set on a MIG device
+	// (contract.MIGParentAnnotation, MIGProfileAnnotation).
+	Parent  string `json:"parent,omitempty"`
+	Profile string `json:"profile,omitempty"`
+	// Replicas is contract.SharedReplicasAnnotation: how many pods may hold
+	// the device at once (0: not shared, one).
+	Replicas int `json:"replicas,omitempty"`
+	// MPS is the MPS control daemon the device is shared through
+	// (contract.MPSPipeDirAnnotation).
+	MPS *MPSDaemon `json:"mps,omitempty"`
+}
+
+// MPSDaemon is an MPS control daemon as its control socket answers.
+type MPSDaemon struct {
+	PipeDir string `json:"pipeDir"`
+	// Down says why PipeDir/control takes no connection (missing,
+	// refused); Unread why the doctor could not tell.
+	Down   string `json:"down,omitempty"`
+	Unread string `json:"unread,omitempty"`
+}
+
+// PodResourcesEvidence is kubelet's PodResources List: which container
+// holds which device-plugin devices.
+type PodResourcesEvidence struct {
+	Socket     string             `json:"socket"`
+	Unread     string             `json:"unread,omitempty"`
+	Containers []ContainerDevices `json:"containers,omitempty"`
+}
+
+// ContainerDevices are the device IDs of one resource kubelet assigned a
+// container (a GPU's UUID or index, a replica's "<id>::<n>").
+type ContainerDevices struct {
+	PodRef
+	Resource string   `json:"resource"`
+	IDs      []string `json:"ids"`
 }
 
 // RuntimeClassEvidence is the RuntimeClass object pods name.
@@ -285,6 +346,10 @@ type DaemonEvidence struct {
 	WaitingMessage string `json:"waitingMessage,omitempty"`
 	LastError      string `json:"lastError,omitempty"`
 	MetricsURL     string `json:"metricsUrl,omitempty"`
+	// MIGStrategy is the pod's --mig-strategy (MIG_STRATEGY), or the
+	// daemon's default when its spec sets none; empty when its spec sets
+	// it in a way the doctor cannot read (valueFrom).
+	MIGStrategy string `json:"migStrategy,omitempty"`
 	// Events are the pod's latest Warning events, one per reason (read
 	// only while the pod does not run): FailedMount names a missing
 	// hostPath, FailedCreatePodSandBox the runtime's error.

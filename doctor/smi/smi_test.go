@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -62,5 +64,43 @@ func TestParseMIGPending(t *testing.T) {
 	}
 	if gpus[0].MIGMode != "Disabled" || gpus[0].MIGPending != "Enabled" || gpus[1].MIGPending != "[N/A]" || gpus[2].MIGPending != "" {
 		t.Errorf("parsed %+v", gpus)
+	}
+}
+
+// realList is a real driver's `nvidia-smi -L`: a whole GPU, and one with
+// MIG mode on and two MIG devices; the simulation adds " [SIMULATED]".
+const realList = `GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-aaaa)
+GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-bbbb) [SIMULATED]
+  MIG 3g.40gb     Device  0: (UUID: MIG-1111)
+  MIG 1g.10gb+me  Device  1: (UUID: MIG-2222)
+`
+
+func TestList(t *testing.T) {
+	tests := []struct {
+		name    string
+		path    string
+		want    []MIGDevice
+		wantErr string
+	}{
+		{name: "MIG devices under their GPU", path: script(t, "cat <<'E'\n"+realList+"E"),
+			want: []MIGDevice{{Parent: "GPU-bbbb", Profile: "3g.40gb", UUID: "MIG-1111"}, {Parent: "GPU-bbbb", Profile: "1g.10gb+me", UUID: "MIG-2222"}}},
+		{name: "no MIG device", path: script(t, `echo "GPU 0: T4 (UUID: GPU-cccc)"`)},
+		{name: "MIG line before any GPU", path: script(t, `echo "  MIG 1g.10gb Device 0: (UUID: MIG-3333)"`), wantErr: "before any GPU"},
+		{name: "driver down", path: script(t, `echo "NVIDIA-SMI has failed"; exit 9`), wantErr: "-L failed (exit status 9): NVIDIA-SMI has failed"},
+		{name: "absent", path: "/nonexistent/nvidia-smi", wantErr: ErrNotRun.Error()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := List(context.Background(), tt.path)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("List error = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("List = %+v, %v, want %+v", got, err, tt.want)
+			}
+		})
 	}
 }

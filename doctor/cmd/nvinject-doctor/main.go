@@ -71,6 +71,7 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.BoolVar(&o.Remote, "remote", false, "not on the worker: skip its files, sockets and nvidia-smi (API and pod-network evidence only)")
 	fs.StringVar(&o.Node, "node-name", "", "Node name of the GPU worker (default: the only node, or the only one publishing the resource)")
 	fs.StringVar(&o.KubeletDir, "kubelet-dir", d.KubeletDir, "kubelet device-plugins directory")
+	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", d.PodResourcesSocket, "kubelet's PodResources socket (which container holds which GPU)")
 	fs.Var(cdiDirs, "cdi-spec-dir", "CDI spec directories (comma list, repeatable)")
 	fs.StringVar(&o.ContainerdConfig, "containerd-config", d.ContainerdConfig, "containerd config file (its imports are followed)")
 	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", d.NvidiaSMI, "nvidia-smi command line, run with the query appended; may reach into the worker: \"docker exec k8s-ai-infra-worker nvidia-smi\"")
