@@ -50,6 +50,10 @@ type Device struct {
 	UUID         string   `json:"uuid"`
 	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
 	AdminAccess  bool     `json:"adminAccess,omitempty"`
+	// Sharing is the claim's sharing strategy for this device (its
+	// GpuConfig); empty for a device the claim holds alone. Absent in
+	// checkpoints written before sharing, which read as unshared.
+	Sharing string `json:"sharing,omitempty"`
 }
 
 // Claim is one prepared ResourceClaim.

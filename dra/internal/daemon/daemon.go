@@ -26,6 +26,7 @@ import (
 
 	"github.com/nvinject/nvinject/deviceplugin/endpoint"
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
+	"github.com/nvinject/nvinject/dra/internal/claimspec"
 	"github.com/nvinject/nvinject/dra/internal/config"
 	"github.com/nvinject/nvinject/dra/internal/driver"
 	"github.com/nvinject/nvinject/dra/internal/kubeapi"
@@ -129,6 +130,7 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	drv, err := driver.New(d.cfg.NodeName, gpus.Node, gpus.Published, gpus.CDIName, gpus.Health, state,
 		driver.WithLogger(d.log), driver.WithMetrics(m), driver.WithHealthTiming(d.resend, d.lease),
 		driver.WithClaimLookup(kubeapi.Claims(client)),
+		driver.WithClaimSpecs(claimspec.New(d.cfg.CDISpecDir, d.cfg.CDIVendor)),
 		driver.WithFatal(func(err error) {
 			select {
 			case fatal <- err:

@@ -21,6 +21,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
+	"github.com/nvinject/nvinject/dra/internal/claimspec"
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -102,6 +103,8 @@ type Driver struct {
 	healthLease time.Duration
 	fatal       func(error)
 	lookup      ClaimLookup
+	// claimSpecs holds shared claims' own CDI specs; nil refuses sharing.
+	claimSpecs *claimspec.Dir
 
 	// unhealthySince keeps each Unhealthy GPU's first Unhealthy time, so a
 	// republished taint keeps its timeAdded.
@@ -143,6 +146,12 @@ type ClaimLookup func(ctx context.Context, namespace, name string) (*resourceapi
 // deallocated claim (kubelet unprepares it later) from one held by a live
 // claim.
 func WithClaimLookup(f ClaimLookup) Option { return func(d *Driver) { d.lookup = f } }
+
+// WithClaimSpecs lets prepare share a claim (GpuConfig sharing
+// TimeSlicing): its own CDI device goes into a per-claim spec in dir. New
+// removes the per-claim specs of claims the checkpoint no longer holds and
+// writes those of the claims it does.
+func WithClaimSpecs(dir claimspec.Dir) Option { return func(d *Driver) { d.claimSpecs = &dir } }
 
 // WithFatal is called with background errors the driver cannot recover
 // from (the daemon cancels its context).
@@ -188,6 +197,9 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 		return nil, errors.New("no device to publish: the selected GPUs have MIG mode on but no MIG devices; create them (nvidia-smi mig -cgi <profiles> -C) or disable MIG (nvidia-smi -i <index> -mig 0)")
 	}
 	d.counters = counterSets(selected)
+	if err := d.restoreClaimSpecs(); err != nil {
+		return nil, err
+	}
 	d.metrics.SetPreparedClaims(state.Len())
 	return d, nil
 }

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
+	"github.com/nvinject/nvinject/dra/internal/claimconfig"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -18,7 +20,10 @@ import (
 // prepared before (by this process or an earlier one) gets the
 // checkpointed answer again; a new one is checked (this node's pool, a
 // published device, its GPU Healthy, not held by another claim) and checkpointed
-// before the answer leaves.
+// before the answer leaves. A claim whose GpuConfig shares its devices
+// (TimeSlicing) also gets its own CDI device, <vendor>/claim=<UID>, in a
+// per-claim spec, named beside each shared device: the pods of that claim
+// may then share its GPUs (nvinject-nri checks it). MPS is refused.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
@@ -43,6 +48,16 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 	}
 	if c.Status.Allocation == nil {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s is not allocated; the scheduler allocates it before the pod reaches the node", name)
+	}
+	var requests []string
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == d.driver {
+			requests = append(requests, r.Request)
+		}
+	}
+	configs, err := claimconfig.ForRequests(name, c.Status.Allocation.Devices.Config, requests)
+	if err != nil {
+		return kubeletplugin.PrepareResult{}, err
 	}
 	held := d.heldBy()
 	healthy := map[string]string{}
@@ -77,11 +92,14 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 		}
 		cp.Devices = append(cp.Devices, checkpoint.Device{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: dev.Name, UUID: dev.ID(),
-			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin,
+			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin, Sharing: string(configs[r.Request].Strategy()),
 		})
 	}
-	if err := d.state.Put(cp); err != nil {
+	if err := d.share(&cp); err != nil {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
+	}
+	if err := d.state.Put(cp); err != nil {
+		return kubeletplugin.PrepareResult{}, errors.Join(fmt.Errorf("ResourceClaim %s: %w", name, err), d.unshare(cp.UID))
 	}
 	d.log.Info("claim prepared", "claim", name, "claim_uid", cp.UID, "devices", deviceNames(cp))
 	return resultOf(cp), nil
@@ -139,6 +157,14 @@ func deviceNames(c checkpoint.Claim) []string {
 	return out
 }
 
+// unshare removes claim uid's own CDI spec, if it has one.
+func (d *Driver) unshare(uid string) error {
+	if d.claimSpecs == nil {
+		return nil
+	}
+	return d.claimSpecs.Remove(uid)
+}
+
 func resultOf(c checkpoint.Claim) kubeletplugin.PrepareResult {
 	res := kubeletplugin.PrepareResult{Devices: []kubeletplugin.Device{}}
 	for _, dev := range c.Devices {
@@ -155,6 +181,13 @@ func resultOf(c checkpoint.Claim) kubeletplugin.PrepareResult {
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
+		// The claim's own CDI spec goes first: a failure leaves the claim
+		// prepared, so kubelet's retry removes it.
+		if err := d.unshare(string(c.UID)); err != nil {
+			d.metrics.Unprepared("error")
+			out[c.UID] = fmt.Errorf("ResourceClaim %s: %w", c.NamespacedName.String(), err)
+			continue
+		}
 		had, err := d.state.Delete(string(c.UID))
 		switch {
 		case err != nil:

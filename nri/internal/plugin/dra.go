@@ -12,14 +12,15 @@ import (
 	"github.com/nvinject/nvinject/shared/gpu"
 )
 
-// claimNames returns the CDI names of our kind that claims prepared, and
-// the claims named for refusals ("" for no claims).
+// claimNames returns the CDI names of our kind that claims prepared, a
+// shared claim's own device included, and the claims named for refusals
+// ("" for no claims).
 func (h *Handler) claimNames(claims []podresources.Claim) ([]string, string) {
 	var names, labels []string
 	for _, c := range claims {
 		labels = append(labels, c.String())
 		for _, n := range c.CDIDevices() {
-			if contract.IsKind(n, h.vendor, h.class) && !slices.Contains(names, n) {
+			if (contract.IsKind(n, h.vendor, h.class) || h.isClaimDevice(n)) && !slices.Contains(names, n) {
 				names = append(names, n)
 			}
 		}

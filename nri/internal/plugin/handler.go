@@ -313,7 +313,7 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 		// What runs holds its GPUs, passing the check or not; events missed
 		// while disconnected are caught up here.
 		if held := recordedUUIDs(ctr, uuids); len(held) > 0 && ctr.GetState() != api.ContainerState_CONTAINER_STOPPED {
-			running[ctr.GetId()] = holderOf(pod, ctr, h.units(held, gpus))
+			running[ctr.GetId()] = holderOf(pod, ctr, h.units(held, gpus, h.runningShares(ctr)))
 		}
 		attrs := []any{"pod", pod.GetNamespace() + "/" + pod.GetName(), "container", ctr.GetName(), "state", ctr.GetState().String()}
 		switch {

@@ -31,16 +31,22 @@ func holderOf(pod *api.PodSandbox, ctr *api.Container, units []unit) holder {
 
 // unit is a GPU or MIG device a container holds; parent is a MIG device's
 // GPU ("" for a whole GPU, or a MIG device whose parent is not known);
-// replicas is how many pods may share it (time-slicing; 0 or 1: one).
+// replicas is how many pods may share it (time-slicing; 0 or 1: one);
+// claim is the UID of the shared claim it is held through ("" for none).
 type unit struct {
 	uuid, parent string
 	replicas     int
+	claim        string
 }
 
 // clashes reports whether u and o cannot serve two pods: the same GPU or
 // MIG device, or a whole GPU and a MIG device on it. MIG devices of one
-// GPU can; a shared device can serve up to its replicas (shares).
+// GPU can; a shared device can serve up to its replicas (shares); the
+// pods of one shared claim share its devices.
 func (u unit) clashes(o unit) bool {
+	if u.claim != "" && u.claim == o.claim {
+		return false
+	}
 	return (u.uuid == o.uuid && !u.shared()) || (u.parent != "" && u.parent == o.uuid) || (o.parent != "" && o.parent == u.uuid)
 }
 
@@ -68,15 +74,16 @@ func overShared(mine []unit, pods map[string][]unit) (unit, []string, bool) {
 }
 
 // units are the held units of uuids: gpus (the container's resolved
-// units) name MIG devices' parents, else parentOf.
-func (h *Handler) units(uuids []string, gpus []verify.GPU) []unit {
+// units) name MIG devices' parents, else parentOf; shares names the shared
+// claim each is held through.
+func (h *Handler) units(uuids []string, gpus []verify.GPU, shares map[string]string) []unit {
 	out := make([]unit, 0, len(uuids))
 	for _, u := range uuids {
 		i := slices.IndexFunc(gpus, func(g verify.GPU) bool { return g.UUID == u })
 		if i >= 0 && gpus[i].MIG.ParentUUID != "" {
-			out = append(out, unit{uuid: u, parent: gpus[i].MIG.ParentUUID, replicas: h.replicasOf(u)})
+			out = append(out, unit{uuid: u, parent: gpus[i].MIG.ParentUUID, replicas: h.replicasOf(u), claim: shares[u]})
 		} else {
-			out = append(out, unit{uuid: u, parent: h.parentOf(u), replicas: h.replicasOf(u)})
+			out = append(out, unit{uuid: u, parent: h.parentOf(u), replicas: h.replicasOf(u), claim: shares[u]})
 		}
 	}
 	return out
@@ -236,13 +243,14 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []un
 				}
 			}
 			for _, cl := range c.Claims {
+				shared := h.theirShares(cl.CDIDevices())
 				for _, n := range cl.CDIDevices() {
 					d, ok := h.resolver.Device(n)
 					if !ok || !contract.IsKind(n, h.vendor, h.class) {
 						continue
 					}
 					for _, u := range deviceUUIDs(d) {
-						theirs := unit{uuid: u, parent: cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u))}
+						theirs := unit{uuid: u, parent: cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u)), claim: shared[u]}
 						if err := clash(theirs, who, "through DRA "+cl.String()); err != nil {
 							return err
 						}
@@ -270,6 +278,9 @@ func (h *Handler) heldError(mine, theirs unit, who, via string) error {
 		held += " is on GPU " + theirs.uuid + ", which"
 	default:
 		held = "GPU " + mine.uuid + " has " + h.name(theirs) + ", which"
+	}
+	if mine.claim != "" {
+		return fmt.Errorf("%s is held by %s %s, not through shared claim %s; a shared claim's GPU serves only the pods of that claim: delete that pod, or reference the same ResourceClaim", held, who, via, mine.claim)
 	}
 	return fmt.Errorf("%s is held by %s %s; a GPU serves one pod, whole or each of its MIG devices one pod: delete that pod, or drain the node before moving it between the device plugin and DRA", held, who, via)
 }

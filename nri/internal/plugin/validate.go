@@ -124,7 +124,11 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if c.uuids = verify.UUIDs(r.gpus); len(c.uuids) > 0 {
 		found()
 	}
-	c.units = h.units(c.uuids, r.gpus)
+	shares, err := h.shares(r)
+	if err != nil {
+		return c, err
+	}
+	c.units = h.units(c.uuids, r.gpus, shares)
 	if r.kubelet != nil {
 		if err := h.heldInKubelet(r.kubelet, pod, c.units, r.res); err != nil {
 			return c, refuse(ReasonHeld, fmt.Errorf("%s: %w", who, err))

@@ -1,0 +1,46 @@
+package claimspec
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvinject/nvinject/dra/internal/claimconfig"
+)
+
+// A UID that cannot name a CDI device writes nothing; removing a spec that
+// is not there is no error; the MPS seam refuses with what to use.
+func TestWriteRemoveEdits(t *testing.T) {
+	dir := t.TempDir()
+	d := New(dir, "nvidia.com")
+	if err := d.Write("bad/uid", []string{"GPU-1"}, specs.ContainerEdits{Env: []string{"A=1"}}); err == nil || !strings.Contains(err.Error(), "cannot name a CDI device") {
+		t.Errorf("bad UID: err = %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("files %v after a refused write", entries)
+	}
+	edits, err := Edits("u1", claimconfig.TimeSlicing)
+	if err != nil || len(edits.Env) != 1 || edits.Env[0] != "NVINJECT_SHARED_CLAIM=u1" {
+		t.Fatalf("time-slicing edits %+v, %v", edits, err)
+	}
+	if err := d.Write("u1", []string{"GPU-2", "GPU-1"}, edits); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "nvidia.com-claim_u1.json"))
+	if err != nil || !strings.Contains(string(data), `"nvinject.io/shared-claim-uuids":"GPU-1,GPU-2"`) {
+		t.Errorf("spec %s, %v; want the sorted UUIDs", data, err)
+	}
+	if err := d.Remove("u1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove("u1"); err != nil {
+		t.Errorf("second remove: %v", err)
+	}
+	if _, err := Edits("u1", claimconfig.MPS); !errors.Is(err, ErrMPS) {
+		t.Errorf("MPS edits: err = %v, want ErrMPS", err)
+	}
+}
