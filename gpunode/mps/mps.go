@@ -61,16 +61,23 @@ func PathsOf(root, id string) Paths {
 // daemons' /dev/shm (the DaemonSet mounts it there) and their clients'.
 func ShmDir(root string) string { return filepath.Join(root, "shm") }
 
+// Program is the control program a Manager runs: the driver root's
+// nvidia-cuda-mps-control and the env it needs there (LD_LIBRARY_PATH to
+// the root's libraries, which its server dlopens).
+type Program struct {
+	Path string
+	Env  []string
+}
+
 // Manager runs the wanted daemons.
 type Manager struct {
 	root    string
-	control string
-	env     []string
 	log     *slog.Logger
 	backoff time.Duration
 	ready   time.Duration
 
 	mu      sync.Mutex
+	program Program
 	want    map[string]Daemon
 	state   map[string]string // id -> why not ready; "" when ready
 	changed chan struct{}
@@ -82,13 +89,6 @@ type Option func(*Manager)
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
 
-// WithLibraryPath sets LD_LIBRARY_PATH for the control program: the driver
-// root's library directory, where its libraries are not in the loader's
-// cache.
-func WithLibraryPath(dir string) Option {
-	return func(m *Manager) { m.env = append(m.env, "LD_LIBRARY_PATH="+dir) }
-}
-
 // WithRestartBackoff sets the first wait before restarting an exited
 // daemon (default 1 s, doubling to 30 s).
 func WithRestartBackoff(d time.Duration) Option { return func(m *Manager) { m.backoff = d } }
@@ -97,10 +97,9 @@ func WithRestartBackoff(d time.Duration) Option { return func(m *Manager) { m.ba
 // (default 10 s) before it is stopped and restarted.
 func WithReadyTimeout(d time.Duration) Option { return func(m *Manager) { m.ready = d } }
 
-// New returns a Manager running control (the driver root's
-// nvidia-cuda-mps-control, a path) for daemons under root.
-func New(root, control string, opts ...Option) *Manager {
-	m := &Manager{root: root, control: control, log: slog.Default(), backoff: time.Second, ready: 10 * time.Second,
+// New returns a Manager for daemons under root.
+func New(root string, opts ...Option) *Manager {
+	m := &Manager{root: root, log: slog.Default(), backoff: time.Second, ready: 10 * time.Second,
 		want: map[string]Daemon{}, state: map[string]string{}, changed: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(m)
@@ -111,11 +110,12 @@ func New(root, control string, opts ...Option) *Manager {
 // Root is the directory the daemons live under.
 func (m *Manager) Root() string { return m.root }
 
-// Sync declares the wanted daemons. Daemons no longer wanted, or wanted
-// with other settings, are stopped (and the latter started again); the
-// others keep running.
-func (m *Manager) Sync(ds []Daemon) {
+// Sync declares the wanted daemons and the program they run. Daemons no
+// longer wanted, or wanted with other settings or another program, are
+// stopped (and the latter started again); the others keep running.
+func (m *Manager) Sync(p Program, ds []Daemon) {
 	m.mu.Lock()
+	m.program = p
 	m.want = map[string]Daemon{}
 	for _, d := range ds {
 		m.want[d.ID] = d
@@ -166,6 +166,7 @@ func (m *Manager) setState(id, why string) {
 func (m *Manager) Run(ctx context.Context) error {
 	type running struct {
 		d      Daemon
+		p      string
 		cancel context.CancelFunc
 		done   chan struct{}
 	}
@@ -185,9 +186,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		for id, d := range m.want {
 			want[id] = d
 		}
+		prog := m.program
 		m.mu.Unlock()
+		key := prog.Path + "\x00" + strings.Join(prog.Env, "\x00")
 		for id, r := range live {
-			if d, ok := want[id]; !ok || d != r.d {
+			if d, ok := want[id]; !ok || d != r.d || r.p != key {
 				stop(r)
 				delete(live, id)
 			}
@@ -197,11 +200,11 @@ func (m *Manager) Run(ctx context.Context) error {
 				continue
 			}
 			dctx, cancel := context.WithCancel(ctx)
-			r := &running{d: d, cancel: cancel, done: make(chan struct{})}
+			r := &running{d: d, p: key, cancel: cancel, done: make(chan struct{})}
 			live[id] = r
 			go func() {
 				defer close(r.done)
-				m.supervise(dctx, d)
+				m.supervise(dctx, prog, d)
 			}()
 		}
 		select {
@@ -213,11 +216,11 @@ func (m *Manager) Run(ctx context.Context) error {
 }
 
 // supervise keeps one daemon running until ctx ends.
-func (m *Manager) supervise(ctx context.Context, d Daemon) {
+func (m *Manager) supervise(ctx context.Context, prog Program, d Daemon) {
 	wait := m.backoff
 	for {
 		started := time.Now()
-		err := m.runOnce(ctx, d)
+		err := m.runOnce(ctx, prog, d)
 		if ctx.Err() != nil {
 			return
 		}
@@ -238,7 +241,7 @@ func (m *Manager) supervise(ctx context.Context, d Daemon) {
 
 // runOnce starts the daemon, sets its limits once it listens, and returns
 // when it exits or ctx ends (after asking it to quit).
-func (m *Manager) runOnce(ctx context.Context, d Daemon) error {
+func (m *Manager) runOnce(ctx context.Context, prog Program, d Daemon) error {
 	p := PathsOf(m.root, d.ID)
 	for _, dir := range []string{p.Pipe, p.Log, ShmDir(m.root)} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -252,22 +255,22 @@ func (m *Manager) runOnce(ctx context.Context, d Daemon) error {
 			return fmt.Errorf("remove the stale %s: %w", filepath.Join(p.Pipe, f), err)
 		}
 	}
-	cmd := exec.Command(m.control, "-f")
-	cmd.Env = append(m.clientEnv(p), "CUDA_MPS_LOG_DIRECTORY="+p.Log, "CUDA_VISIBLE_DEVICES="+d.Visible)
+	cmd := exec.Command(prog.Path, "-f")
+	cmd.Env = append(prog.clientEnv(p.Pipe), "CUDA_MPS_LOG_DIRECTORY="+p.Log, "CUDA_VISIBLE_DEVICES="+d.Visible)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group: a signal to the node's terminal group does
 	// not reach it before the node asks it to quit.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w; the driver root needs NVIDIA's MPS binaries (Debian: nvidia-cuda-mps)", m.control, err)
+		return fmt.Errorf("start %s: %w; the driver root needs NVIDIA's MPS binaries (Debian: nvidia-cuda-mps)", prog.Path, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	ready := make(chan error, 1)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { ready <- m.configure(sctx, p, d) }()
+	go func() { ready <- configure(sctx, prog, p, d, m.ready) }()
 	for {
 		select {
 		case err := <-exited:
@@ -281,7 +284,7 @@ func (m *Manager) runOnce(ctx context.Context, d Daemon) error {
 			ready = nil
 			if err != nil {
 				m.log.Error("MPS control daemon did not take its limits; stopping it", "daemon", d.ID, "error", err)
-				m.quit(cmd, exited)
+				quit(prog, p.Pipe, cmd, exited)
 				return err
 			}
 			m.setState(d.ID, "")
@@ -291,7 +294,7 @@ func (m *Manager) runOnce(ctx context.Context, d Daemon) error {
 			if ready != nil {
 				<-ready
 			}
-			m.quit(cmd, exited)
+			quit(prog, p.Pipe, cmd, exited)
 			return ctx.Err()
 		}
 	}
@@ -305,16 +308,10 @@ func errOrExit(err error) error {
 }
 
 // quit asks the daemon to quit through its pipe, then terminates it.
-func (m *Manager) quit(cmd *exec.Cmd, exited <-chan error) {
+func quit(prog Program, pipe string, cmd *exec.Cmd, exited <-chan error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	pipe := ""
-	for _, e := range cmd.Env {
-		if v, ok := strings.CutPrefix(e, "CUDA_MPS_PIPE_DIRECTORY="); ok {
-			pipe = v
-		}
-	}
-	if _, err := m.command(ctx, pipe, "quit"); err == nil {
+	if _, err := prog.Command(ctx, pipe, "quit"); err == nil {
 		select {
 		case <-exited:
 			return
@@ -332,14 +329,14 @@ func (m *Manager) quit(cmd *exec.Cmd, exited <-chan error) {
 
 // configure waits for the control socket, then sets and reads back the
 // daemon's default limits.
-func (m *Manager) configure(ctx context.Context, p Paths, d Daemon) error {
-	deadline := time.Now().Add(m.ready)
+func configure(ctx context.Context, prog Program, p Paths, d Daemon, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		if st, err := os.Stat(p.Control()); err == nil && st.Mode()&os.ModeSocket != 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no control socket %s after %s", p.Control(), m.ready)
+			return fmt.Errorf("no control socket %s after %s", p.Control(), timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -353,11 +350,11 @@ func (m *Manager) configure(ctx context.Context, p Paths, d Daemon) error {
 		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM", d.PinnedMemoryMiB))
 	}
 	for _, c := range cmds {
-		if _, err := m.command(ctx, p.Pipe, c); err != nil {
+		if _, err := prog.Command(ctx, p.Pipe, c); err != nil {
 			return err
 		}
 	}
-	got, err := m.command(ctx, p.Pipe, "get_default_active_thread_percentage")
+	got, err := prog.Command(ctx, p.Pipe, "get_default_active_thread_percentage")
 	if err != nil {
 		return err
 	}
@@ -367,19 +364,14 @@ func (m *Manager) configure(ctx context.Context, p Paths, d Daemon) error {
 	return nil
 }
 
-// command sends one command to the daemon listening in pipe, the way an
-// operator does (echo CMD | nvidia-cuda-mps-control), and returns its answer.
-func (m *Manager) command(ctx context.Context, pipe, c string) (string, error) {
-	return Command(ctx, m.control, append(slices.Clone(m.env), "CUDA_MPS_PIPE_DIRECTORY="+pipe), c)
-}
-
-// Command runs control as a client with env (CUDA_MPS_PIPE_DIRECTORY
-// naming the daemon) and sends it c; it returns the answer, trimmed.
-func Command(ctx context.Context, control string, env []string, c string) (string, error) {
+// Command sends one command to the daemon listening in pipe, the way an
+// operator does (echo CMD | nvidia-cuda-mps-control), and returns its
+// answer, trimmed.
+func (prog Program) Command(ctx context.Context, pipe, c string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, control)
-	cmd.Env = env
+	cmd := exec.CommandContext(ctx, prog.Path)
+	cmd.Env = prog.clientEnv(pipe)
 	cmd.Stdin = strings.NewReader(c + "\n")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -388,8 +380,8 @@ func Command(ctx context.Context, control string, env []string, c string) (strin
 	return strings.TrimSpace(string(out)), nil
 }
 
-func (m *Manager) clientEnv(p Paths) []string {
-	return append(slices.Clone(m.env), "CUDA_MPS_PIPE_DIRECTORY="+p.Pipe)
+func (prog Program) clientEnv(pipe string) []string {
+	return append(slices.Clone(prog.Env), "CUDA_MPS_PIPE_DIRECTORY="+pipe)
 }
 
 // tail bounds a program's output in an error.

@@ -73,7 +73,7 @@ func fakeControl() int {
 	return 0
 }
 
-func newManager(t *testing.T, env ...string) (*Manager, string) {
+func newManager(t *testing.T, env ...string) (*Manager, Program, string) {
 	t.Helper()
 	for _, e := range append([]string{"MPS_TEST_CONTROL=1"}, env...) {
 		k, v, _ := strings.Cut(e, "=")
@@ -89,9 +89,8 @@ func newManager(t *testing.T, env ...string) (*Manager, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := New(root, self, WithRestartBackoff(20*time.Millisecond), WithReadyTimeout(2*time.Second))
-	m.env = append(m.env, os.Environ()...)
-	return m, root
+	m := New(root, WithRestartBackoff(20*time.Millisecond), WithReadyTimeout(2*time.Second))
+	return m, Program{Path: self, Env: os.Environ()}, root
 }
 
 func run(t *testing.T, m *Manager) (stop func()) {
@@ -120,15 +119,15 @@ func eventually(t *testing.T, what string, ok func() bool) {
 }
 
 func TestDaemonsStartWithLimitsAndStop(t *testing.T) {
-	m, root := newManager(t)
+	m, prog, root := newManager(t)
 	stop := run(t, m)
-	m.Sync([]Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 25}, {ID: "GPU-b", Visible: "GPU-b", ActiveThreadPercentage: 50}})
+	m.Sync(prog, []Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 25}, {ID: "GPU-b", Visible: "GPU-b", ActiveThreadPercentage: 50}})
 	if m.Ready() == nil {
 		t.Error("ready before any daemon started")
 	}
 	eventually(t, "both daemons ready", func() bool { return m.Ready() == nil })
 	for id, want := range map[string]string{"GPU-a": "25.0", "GPU-b": "50.0"} {
-		got, err := m.command(context.Background(), PathsOf(root, id).Pipe, "get_default_active_thread_percentage")
+		got, err := prog.Command(context.Background(), PathsOf(root, id).Pipe, "get_default_active_thread_percentage")
 		if err != nil || got != want {
 			t.Errorf("%s: percentage %q %v, want %s", id, got, err, want)
 		}
@@ -136,7 +135,7 @@ func TestDaemonsStartWithLimitsAndStop(t *testing.T) {
 
 	// GPU-b no longer shared: its daemon quits, GPU-a's keeps running.
 	before, _ := os.Stat(PathsOf(root, "GPU-a").Control())
-	m.Sync([]Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 25}})
+	m.Sync(prog, []Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 25}})
 	eventually(t, "GPU-b's daemon gone", func() bool {
 		_, err := os.Stat(PathsOf(root, "GPU-b").Control())
 		return os.IsNotExist(err)
@@ -159,10 +158,10 @@ func TestDaemonThatExitsIsReportedAndRestarted(t *testing.T) {
 	if err := os.WriteFile(crash, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, _ := newManager(t, "MPS_TEST_CRASH="+crash)
+	m, prog, _ := newManager(t, "MPS_TEST_CRASH="+crash)
 	stop := run(t, m)
 	defer stop()
-	m.Sync([]Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 50}})
+	m.Sync(prog, []Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 50}})
 	eventually(t, "the exit reported", func() bool {
 		err := m.Ready()
 		return err != nil && strings.Contains(err.Error(), "GPU-a: exited (exit status 3)")
@@ -174,7 +173,7 @@ func TestDaemonThatExitsIsReportedAndRestarted(t *testing.T) {
 }
 
 func TestStaleSocketOfAKilledDaemonIsCleared(t *testing.T) {
-	m, root := newManager(t)
+	m, prog, root := newManager(t)
 	p := PathsOf(root, "GPU-a")
 	if err := os.MkdirAll(p.Pipe, 0o755); err != nil {
 		t.Fatal(err)
@@ -187,15 +186,15 @@ func TestStaleSocketOfAKilledDaemonIsCleared(t *testing.T) {
 	l.Close()
 	stop := run(t, m)
 	defer stop()
-	m.Sync([]Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 50}})
+	m.Sync(prog, []Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 50}})
 	eventually(t, "daemon ready beside the stale socket", func() bool { return m.Ready() == nil })
 }
 
 func TestMissingBinaryNamesThePackage(t *testing.T) {
-	m := New(t.TempDir(), "/nonexistent/nvidia-cuda-mps-control", WithRestartBackoff(time.Hour))
+	m := New(t.TempDir(), WithRestartBackoff(time.Hour))
 	stop := run(t, m)
 	defer stop()
-	m.Sync([]Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 50}})
+	m.Sync(Program{Path: "/nonexistent/nvidia-cuda-mps-control"}, []Daemon{{ID: "GPU-a", Visible: "GPU-a", ActiveThreadPercentage: 50}})
 	eventually(t, "the error", func() bool {
 		err := m.Ready()
 		return err != nil && strings.Contains(err.Error(), "Debian: nvidia-cuda-mps")
