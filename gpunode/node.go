@@ -21,14 +21,17 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/nvinject/nvinject/cdi/driver"
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/mps"
 	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -94,6 +97,8 @@ type Node struct {
 	routes    map[string]http.Handler
 	onPublish []func(GPUs)
 	sharing   sharing.Config
+	mpsDir    string
+	mps       *mps.Manager
 
 	reg     *prometheus.Registry
 	events  *prometheus.CounterVec
@@ -135,6 +140,10 @@ func WithOnPublish(f func(GPUs)) Option {
 // them (the device plugin's time-slicing).
 func WithSharing(c sharing.Config) Option { return func(n *Node) { n.sharing = c } }
 
+// WithMPSDir is where the node runs the MPS control daemons of GPUs shared
+// through MPS (default contract.MPSDir); the same path on the host.
+func WithMPSDir(dir string) Option { return func(n *Node) { n.mpsDir = dir } }
+
 // WithRecoverSignal asks NVML about every GPU, and clears the Xid and loss
 // marks of those it vouches for, on each receive (SIGHUP).
 func WithRecoverSignal(ch <-chan os.Signal) Option { return func(n *Node) { n.recover = ch } }
@@ -158,9 +167,12 @@ const checkpointFile = "health.json"
 // The plugin registers its own collectors on Registry before Run.
 func New(cfg nodeconfig.Config, log *slog.Logger, opts ...Option) *Node {
 	n := &Node{cfg: cfg, log: log, open: backend.Open, nvmlRetry: 10 * time.Second, ready: func() error { return nil },
-		reg: prometheus.NewRegistry(), state: httpserve.NewReadiness("starting")}
+		reg: prometheus.NewRegistry(), state: httpserve.NewReadiness("starting"), mpsDir: contract.MPSDir}
 	for _, o := range append(simulation(cfg.NVML), opts...) {
 		o(n)
+	}
+	if len(n.sharing.Sharing.MPS.Resources) > 0 {
+		n.mps = mps.New(n.mpsDir, mps.WithLogger(log))
 	}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if n.names.Events != "" {
@@ -181,6 +193,11 @@ func (n *Node) Ready() error {
 	if err := n.state.Ready(); err != nil {
 		return err
 	}
+	if n.mps != nil {
+		if err := n.mps.Ready(); err != nil {
+			return err
+		}
+	}
 	return n.ready()
 }
 
@@ -196,6 +213,10 @@ func (n *Node) Run(ctx context.Context, serve Serve) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return web.Run(ctx) })
+	if n.mps != nil {
+		// The daemons outlive a publish round: their clients keep running.
+		g.Go(func() error { return n.mps.Run(ctx) })
+	}
 	g.Go(func() error { return n.serveNVML(ctx, serve) })
 	return g.Wait()
 }
@@ -257,11 +278,11 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 
 	// The node's one CDI spec: the same generator and file on either path,
 	// so nvinject-nri and containerd resolve the same names.
-	replicas, err := n.sharedReplicas(published)
+	sh, err := n.shares(published)
 	if err != nil {
 		return err
 	}
-	gen := spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(replicas))
+	gen := spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(sh.replicas), spec.WithMPS(sh.mps))
 	s, err := gen.Generate(node, published)
 	if err != nil {
 		return fmt.Errorf("generate the CDI spec: %w", err)
@@ -271,6 +292,13 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 		return fmt.Errorf("write the CDI spec: %w; check that --cdi-spec-dir is writable", err)
 	}
 	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(published))
+	if n.mps != nil {
+		prog, err := n.mpsProgram(node)
+		if err != nil {
+			return err
+		}
+		n.mps.Sync(prog, sh.daemons)
+	}
 
 	gpus := GPUs{Node: node, Published: published, CDIName: gen.QualifiedName, Sharing: n.sharing}
 	gpus.Health = n.newTracker(gpus)
@@ -289,17 +317,26 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 	return g.Wait()
 }
 
-// sharedReplicas maps each shared GPU or MIG device to its replicas, by the
-// resources the published GPUs form under the MIG strategy.
-func (n *Node) sharedReplicas(published []gpu.Device) (map[string]int, error) {
-	if len(n.sharing.Sharing.TimeSlicing.Resources) == 0 {
-		return nil, nil
+// shares are how the published GPUs are shared: each shared GPU's or MIG
+// device's replicas, and for those shared through MPS their clients' edits
+// and their control daemons.
+type shares struct {
+	replicas map[string]int
+	mps      map[string]spec.MPSShare
+	daemons  []mps.Daemon
+}
+
+// shares maps each shared GPU or MIG device to its replicas (and MPS
+// share), by the resources the published GPUs form under the MIG strategy.
+func (n *Node) shares(published []gpu.Device) (shares, error) {
+	if !n.sharing.Any() {
+		return shares{}, nil
 	}
 	resources, err := gpuselect.Resources(published, n.cfg.MIGStrategy, n.cfg.ResourceName)
 	if err != nil {
-		return nil, err
+		return shares{}, err
 	}
-	out := map[string]int{}
+	out := shares{replicas: map[string]int{}, mps: map[string]spec.MPSShare{}}
 	var names []string
 	for _, r := range resources {
 		names = append(names, r.Name)
@@ -308,14 +345,49 @@ func (n *Node) sharedReplicas(published []gpu.Device) (map[string]int, error) {
 			continue
 		}
 		for _, u := range r.Units {
-			out[u.UUID()] = rep.Replicas
+			out.replicas[u.UUID()] = rep.Replicas
+			if rep.Strategy != sharing.MPSShared {
+				continue
+			}
+			// Each replica's share: NVIDIA's device plugin divides threads
+			// and memory evenly among a GPU's replicas.
+			d := mps.Daemon{ID: u.UUID(), Visible: u.UUID(), ActiveThreadPercentage: 100 / rep.Replicas, PinnedMemoryMiB: unitMemory(u) >> 20 / uint64(rep.Replicas)}
+			out.daemons = append(out.daemons, d)
+			out.mps[u.UUID()] = spec.MPSShare{PipeDir: mps.PathsOf(n.mpsDir, d.ID).Pipe, ShmDir: mps.ShmDir(n.mpsDir),
+				ActiveThreadPercentage: d.ActiveThreadPercentage, PinnedMemoryMiB: d.PinnedMemoryMiB}
 		}
-		n.log.Info("resource shared by time-slicing", "resource", r.Name, "published_as", rep.Name, "replicas", rep.Replicas, "devices", len(r.Units))
+		n.log.Info("resource shared", "resource", r.Name, "strategy", rep.Strategy, "published_as", rep.Name, "replicas", rep.Replicas, "devices", len(r.Units))
 	}
 	if unused := n.sharing.Unused(names); len(unused) > 0 {
 		n.log.Warn("sharing configuration names resources this node does not publish; nothing of theirs is shared", "resources", unused, "published", names)
 	}
 	return out, nil
+}
+
+func unitMemory(u gpuselect.Unit) uint64 {
+	if u.MIG != nil {
+		return u.MIG.MemoryBytes
+	}
+	return u.GPU.MemoryBytes
+}
+
+// mpsProgram is the driver root's MPS control program, with its libraries
+// on the loader's path.
+func (n *Node) mpsProgram(node gpu.Node) (mps.Program, error) {
+	files, err := driver.Find(n.cfg.DriverRoot, node.DriverVersion, node.DriverSource)
+	if err != nil {
+		return mps.Program{}, err
+	}
+	var dirs []string
+	for _, d := range files.LibDirs() {
+		dirs = append(dirs, filepath.Join(n.cfg.DriverRoot, d))
+	}
+	for _, b := range files.Binaries {
+		if filepath.Base(b.Path) == mps.ControlBinary {
+			return mps.Program{Path: filepath.Join(n.cfg.DriverRoot, b.Source), Env: []string{"LD_LIBRARY_PATH=" + strings.Join(dirs, ":")}}, nil
+		}
+	}
+	return mps.Program{}, fmt.Errorf("the sharing configuration shares GPUs through MPS, but driver root %s has no %s; install NVIDIA's MPS binaries there (Debian: nvidia-cuda-mps) or share by time-slicing", n.cfg.DriverRoot, mps.ControlBinary)
 }
 
 // newTracker tracks the published GPUs' health, with the checkpoint in

@@ -41,6 +41,9 @@ type Config struct {
 	// optional).
 	SharingConfig string
 	Sharing       sharing.Config
+	// MPSDir is where the MPS control daemons of MPS-shared GPUs run
+	// (their pipe, log and shm directories), the same path on the host.
+	MPSDir string
 }
 
 // KubeletSocket is the kubelet's registration socket.
@@ -51,7 +54,8 @@ func (c Config) Attrs() []any {
 	return append(c.Config.Attrs(),
 		"kubelet_dir", c.KubeletDir, "plugin_socket", c.PluginSocket, "cdi_annotation_prefix", c.AnnotationPrefix,
 		"device_list_strategy", strings.Join(strategyNames(c.Strategies), ","), "device_id_strategy", string(c.IDStrategy),
-		"sharing_config", c.SharingConfig, "time_sliced_resources", len(c.Sharing.Sharing.TimeSlicing.Resources))
+		"sharing_config", c.SharingConfig, "time_sliced_resources", len(c.Sharing.Sharing.TimeSlicing.Resources),
+		"mps_resources", len(c.Sharing.Sharing.MPS.Resources), "mps_dir", c.MPSDir)
 }
 
 // Load parses args (without the program name), help to stdout and
@@ -75,7 +79,8 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&c.AnnotationPrefix, "cdi-annotation-prefix", contract.AnnotationPrefix, "plugin name in cdi.k8s.io/<prefix>_<device-id> annotation keys")
 	fs.StringVar(&strategies, "device-list-strategy", strings.Join(strategyNames(contract.DefaultStrategies()), ","), "how Allocate passes CDI names: cdi-annotations, cdi-cri, nri (comma list)")
 	fs.StringVar(&idStrategy, "device-id-strategy", string(IDUUID), "device IDs kubelet sees: uuid or index")
-	fs.StringVar(&c.SharingConfig, "sharing-config", "", "time-slicing configuration file in NVIDIA's device plugin format (version: v1, sharing.timeSlicing); absent file: no sharing")
+	fs.StringVar(&c.SharingConfig, "sharing-config", "", "sharing configuration file in NVIDIA's device plugin format (version: v1, sharing.timeSlicing or sharing.mps); absent file: no sharing")
+	fs.StringVar(&c.MPSDir, "mps-dir", contract.MPSDir, "directory of the MPS control daemons of GPUs shared through MPS (mounted at the same path as on the host)")
 	// The seed's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("device-list-strategy", "DEVICE_LIST_STRATEGY")
 	cmd.Env("device-id-strategy", "DEVICE_ID_STRATEGY")
@@ -106,6 +111,9 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 				errs = append(errs, fmt.Errorf("--sharing-config=%s: %w", c.SharingConfig, err))
 			}
 		}
+	}
+	if !filepath.IsAbs(c.MPSDir) {
+		errs = append(errs, fmt.Errorf("--mps-dir=%q is not an absolute path; give the host directory for MPS daemons, such as %s", c.MPSDir, contract.MPSDir))
 	}
 	if c.PluginSocket == "" || c.PluginSocket == "kubelet.sock" || strings.ContainsRune(c.PluginSocket, '/') {
 		errs = append(errs, fmt.Errorf("--plugin-socket=%q is not valid; give a plain file name other than kubelet.sock", c.PluginSocket))
