@@ -432,3 +432,26 @@ func TestSharingReachesSpecAndPlugin(t *testing.T) {
 		}
 	}
 }
+
+// MPS sharing on a driver root without NVIDIA's MPS binaries ends the node
+// with the package to install, before any GPU is published.
+func TestMPSWithoutTheControlProgram(t *testing.T) {
+	cfg := config(t)
+	c, err := sharing.Parse([]byte("version: v1\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := false
+	res := run(t, New(cfg, quietLog(), WithSharing(c), WithMPSDir(t.TempDir())), func(ctx context.Context, g GPUs) error {
+		served = true
+		return nil
+	})
+	select {
+	case err := <-res:
+		if err == nil || !strings.Contains(err.Error(), "Debian: nvidia-cuda-mps") || served {
+			t.Errorf("Run: %v (served %v), want the missing MPS program named before serving", err, served)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the node ran on without MPS")
+	}
+}
