@@ -312,6 +312,8 @@ func TestHostPaths(t *testing.T) {
 				{"/var/lib/kubelet/pod-resources", corev1.HostPathDirectory, "/var/lib/kubelet/pod-resources", true, ""},
 				// The optional ConfigMap nvinject-sharing: no host path.
 				{path: "/etc/nvinject/sharing"},
+				{host: "/run/nvinject/mps", hostType: "DirectoryOrCreate", path: "/run/nvinject/mps"},
+				{host: "/run/nvinject/mps/shm", hostType: "DirectoryOrCreate", path: "/dev/shm"},
 			},
 			nri: {
 				{"/var/run/nri", corev1.HostPathDirectory, "/var/run/nri", false, ""},
@@ -360,7 +362,7 @@ func TestArgs(t *testing.T) {
 		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins",
 			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481",
 			"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
-			"--sharing-config=/etc/nvinject/sharing/config.yaml"}
+			"--sharing-config=/etc/nvinject/sharing/config.yaml", "--mps-dir=/run/nvinject/mps"}
 		if !slices.Equal(dp, wantDP) {
 			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
 		}
