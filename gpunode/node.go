@@ -98,6 +98,7 @@ type Node struct {
 	onPublish []func(GPUs)
 	sharing   sharing.Config
 	mpsDir    string
+	mpsHost   string
 	mps       *mps.Manager
 
 	reg     *prometheus.Registry
@@ -141,8 +142,11 @@ func WithOnPublish(f func(GPUs)) Option {
 func WithSharing(c sharing.Config) Option { return func(n *Node) { n.sharing = c } }
 
 // WithMPSDir is where the node runs the MPS control daemons of GPUs shared
-// through MPS (default contract.MPSDir); the same path on the host.
-func WithMPSDir(dir string) Option { return func(n *Node) { n.mpsDir = dir } }
+// through MPS (default contract.MPSDir), and that directory's path on the
+// host, which the CDI spec mounts into their clients (empty: the same).
+func WithMPSDir(dir, host string) Option {
+	return func(n *Node) { n.mpsDir, n.mpsHost = dir, host }
+}
 
 // WithRecoverSignal asks NVML about every GPU, and clears the Xid and loss
 // marks of those it vouches for, on each receive (SIGHUP).
@@ -170,6 +174,9 @@ func New(cfg nodeconfig.Config, log *slog.Logger, opts ...Option) *Node {
 		reg: prometheus.NewRegistry(), state: httpserve.NewReadiness("starting"), mpsDir: contract.MPSDir}
 	for _, o := range append(simulation(cfg.NVML), opts...) {
 		o(n)
+	}
+	if n.mpsHost == "" {
+		n.mpsHost = n.mpsDir
 	}
 	if len(n.sharing.Sharing.MPS.Resources) > 0 {
 		n.mps = mps.New(n.mpsDir, mps.WithLogger(log))
@@ -353,7 +360,7 @@ func (n *Node) shares(published []gpu.Device) (shares, error) {
 			// and memory evenly among a GPU's replicas.
 			d := mps.Daemon{ID: u.UUID(), Visible: u.UUID(), ActiveThreadPercentage: 100 / rep.Replicas, PinnedMemoryMiB: unitMemory(u) >> 20 / uint64(rep.Replicas)}
 			out.daemons = append(out.daemons, d)
-			out.mps[u.UUID()] = spec.MPSShare{PipeDir: mps.PathsOf(n.mpsDir, d.ID).Pipe, ShmDir: mps.ShmDir(n.mpsDir),
+			out.mps[u.UUID()] = spec.MPSShare{PipeDir: mps.PathsOf(n.mpsHost, d.ID).Pipe, ShmDir: mps.ShmDir(n.mpsHost),
 				ActiveThreadPercentage: d.ActiveThreadPercentage, PinnedMemoryMiB: d.PinnedMemoryMiB}
 		}
 		n.log.Info("resource shared", "resource", r.Name, "strategy", rep.Strategy, "published_as", rep.Name, "replicas", rep.Replicas, "devices", len(r.Units))

@@ -442,7 +442,7 @@ func TestMPSWithoutTheControlProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := false
-	res := run(t, New(cfg, quietLog(), WithSharing(c), WithMPSDir(t.TempDir())), func(ctx context.Context, g GPUs) error {
+	res := run(t, New(cfg, quietLog(), WithSharing(c), WithMPSDir(t.TempDir(), "")), func(ctx context.Context, g GPUs) error {
 		served = true
 		return nil
 	})

@@ -362,7 +362,7 @@ func TestArgs(t *testing.T) {
 		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins",
 			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481",
 			"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
-			"--sharing-config=/etc/nvinject/sharing/config.yaml", "--mps-dir=/run/nvinject/mps"}
+			"--sharing-config=/etc/nvinject/sharing/config.yaml", "--mps-dir=/run/nvinject/mps", "--host-mps-dir=/run/nvinject/mps"}
 		if !slices.Equal(dp, wantDP) {
 			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // GPUs says what the simulated node has and which GPU it publishes.
@@ -134,6 +136,15 @@ patches:
                 hostPath: {path: %s, type: DirectoryOrCreate}
               - name: pod-resources
                 hostPath: {path: %s, type: Directory}
+              - name: mps
+                hostPath: {path: %s, type: DirectoryOrCreate}
+              - name: mps-shm
+                hostPath: {path: %s/shm, type: DirectoryOrCreate}
+  # The MPS clients' mounts name the MPS directory's host path.
+  - target: {kind: DaemonSet, name: %s}
+    patch: |-
+      - {op: test, path: /spec/template/spec/containers/0/args/10, value: "--host-mps-dir=%s"}
+      - {op: replace, path: /spec/template/spec/containers/0/args/10, value: "--host-mps-dir=%s"}
   # No kube-proxy here: nvinject-nri reaches the API server (its audit
   # Events) on the node's loopback, as nvinject-dra does
   # (deploy/components/local-sim-dra), with its in-cluster token and CA.
@@ -163,7 +174,8 @@ patches:
       metadata: {name: %s, namespace: %s}
       data: {selected-gpu-uuid: %s}
 `, d.node.Name(), d.node.RunDir(), base,
-		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(), d.node.PodResourcesDir(),
+		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(), d.node.PodResourcesDir(), d.MPSDir(), d.MPSDir(),
+		DevicePlugin, contract.MPSDir, d.MPSDir(),
 		NRIPlugin, Namespace, apiHost, strconv.Itoa(apiPort), filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
 		DevicePlugin, Namespace, dep.selection())
 	if dep.NVML != DefaultNVML {
@@ -245,3 +257,7 @@ func (dep Deployment) selection() string {
 // StateDir is the device plugin's --state-dir (its health checkpoint) on
 // this node: under the node's run dir, so no checkpoint outlives the node.
 func (d *Deployer) StateDir() string { return filepath.Join(d.node.RunDir(), "dp-state") }
+
+// MPSDir is the host directory of the device plugin's MPS control daemons
+// on this node: under the node's run dir, short enough for their sockets.
+func (d *Deployer) MPSDir() string { return filepath.Join(d.node.RunDir(), "mps") }

@@ -44,7 +44,7 @@ func (d *Deployer) HelmValues(dep Deployment) map[string]any {
 		"kubelet":      map[string]any{"rootDir": d.node.KubeletRootDir()},
 		"cdi":          map[string]any{"specDir": d.node.CDIDir()},
 		"nri":          map[string]any{"socketPath": d.node.NRISocket(), "hostNetwork": true, "extraEnv": apiEnv},
-		"devicePlugin": map[string]any{"stateDir": d.StateDir()},
+		"devicePlugin": map[string]any{"stateDir": d.StateDir(), "mpsDir": d.MPSDir()},
 		"containerd":   map[string]any{"configPath": d.node.ContainerdConfig(), "dropInDir": filepath.Join(filepath.Dir(d.node.ContainerdConfig()), "conf.d")},
 		"dra":          map[string]any{"hostNetwork": true, "extraEnv": apiEnv},
 	}
