@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvinject/nvinject/cdi/driver"
 	"github.com/nvinject/nvinject/cdi/spec"
@@ -104,6 +105,8 @@ type Node struct {
 	reg     *prometheus.Registry
 	events  *prometheus.CounterVec
 	healthy *prometheus.GaugeVec
+	// republishes counts rounds started for a changed MIG layout.
+	republishes prometheus.Counter
 	// state is why the node is not ready: NVML not open yet, or failing.
 	state *httpserve.Readiness
 }
@@ -264,64 +267,99 @@ func (n *Node) openNVML(ctx context.Context) (*backend.Backend, error) {
 	}
 }
 
-// publish discovers and selects the GPUs, writes their CDI spec, and runs
-// health tracking, operator recovery and serve until ctx ends or serve
-// returns; it returns after all of them did.
+// publish discovers and selects the GPUs and runs rounds over them (one
+// per MIG layout, relayout.go) until ctx ends or serve returns; it returns
+// after everything a round started did.
 func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) error {
+	seen, err := b.MIGLayout(ctx)
+	if err != nil {
+		return fmt.Errorf("read the MIG layout: %w", err)
+	}
 	node, err := b.Discover(ctx)
 	if err != nil {
 		return fmt.Errorf("discover GPUs: %w", err)
 	}
-	published, skipped, err := gpuselect.Select(node.Devices, n.cfg.Selector, n.cfg.MIGStrategy)
-	if err != nil {
-		return err
-	}
-	for _, s := range skipped {
-		n.log.Warn("GPU not published", "uuid", s.Device.UUID, "reason", s.Reason)
-	}
-	if len(published) == 0 {
-		return fmt.Errorf("no GPU to publish: NVIDIA_VISIBLE_DEVICES=%s selects none of the node's %d GPUs; set it (ConfigMap key %s) to a GPU UUID, index or all", contract.Quote(n.cfg.VisibleDevices), len(node.Devices), contract.ConfigMapKey)
-	}
-
-	// The node's one CDI spec: the same generator and file on either path,
-	// so nvinject-nri and containerd resolve the same names.
-	sh, err := n.shares(published)
-	if err != nil {
-		return err
-	}
-	gen := spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(sh.replicas), spec.WithMPS(sh.mps))
-	s, err := gen.Generate(node, published)
-	if err != nil {
-		return fmt.Errorf("generate the CDI spec: %w", err)
-	}
-	path, changed, err := spec.Write(n.cfg.CDISpecDir, s)
-	if err != nil {
-		return fmt.Errorf("write the CDI spec: %w; check that --cdi-spec-dir is writable", err)
-	}
-	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(published))
-	if n.mps != nil {
-		prog, err := n.mpsProgram(node)
+	var prev *health.Tracker
+	for {
+		gpus, err := n.prepare(node, prev)
 		if err != nil {
 			return err
 		}
-		n.mps.Sync(prog, sh.daemons)
+		n.state.SetReady()
+		next, err := n.round(ctx, b, gpus, seen, serve)
+		if err != nil || next == nil {
+			return err
+		}
+		n.republished(gpus, next.gpus)
+		node, seen, prev = next.node, next.layout, gpus.Health
+	}
+}
+
+// prepare writes the CDI spec of node's selected GPUs and makes their
+// health tracker, carrying prev's marks (the round before).
+func (n *Node) prepare(node gpu.Node, prev *health.Tracker) (GPUs, error) {
+	p, err := n.plan(node)
+	if err != nil {
+		return GPUs{}, err
+	}
+	for _, s := range p.skipped {
+		n.log.Warn("GPU not published", "uuid", s.Device.UUID, "reason", s.Reason)
+	}
+	path, changed, err := spec.Write(n.cfg.CDISpecDir, p.spec)
+	if err != nil {
+		return GPUs{}, fmt.Errorf("write the CDI spec: %w; check that --cdi-spec-dir is writable", err)
+	}
+	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(p.published))
+
+	if n.mps != nil {
+		prog, err := n.mpsProgram(node)
+		if err != nil {
+			return GPUs{}, err
+		}
+		n.mps.Sync(prog, p.shares.daemons)
 	}
 
-	gpus := GPUs{Node: node, Published: published, CDIName: gen.QualifiedName, Sharing: n.sharing}
-	gpus.Health = n.newTracker(gpus)
+	gpus := GPUs{Node: node, Published: p.published, CDIName: p.gen.QualifiedName, Sharing: n.sharing}
+	gpus.Health = n.newTracker(gpus, prev)
 	for _, f := range n.onPublish {
 		f(gpus)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { gpus.Health.Run(ctx, b); return nil })
-	g.Go(func() error { n.recoverOnSignal(ctx, gpus.Health); return nil })
-	g.Go(func() error {
-		defer cancel()
-		return serve(ctx, gpus)
-	})
-	return g.Wait()
+	return gpus, nil
+}
+
+// publication is what publishing a node's GPUs would be, before anything
+// is written: the selection and the CDI spec.
+type publication struct {
+	published []gpu.Device
+	skipped   []gpuselect.Skipped
+	gen       *spec.Generator
+	spec      *specs.Spec
+	shares    shares
+}
+
+// plan selects node's GPUs (NVIDIA_VISIBLE_DEVICES, MIG_STRATEGY) and
+// generates their CDI spec, with no side effect: a layout it refuses is
+// refused at start and at a republish alike.
+func (n *Node) plan(node gpu.Node) (publication, error) {
+	var p publication
+	var err error
+	p.published, p.skipped, err = gpuselect.Select(node.Devices, n.cfg.Selector, n.cfg.MIGStrategy)
+	if err != nil {
+		return p, err
+	}
+	if len(p.published) == 0 {
+		return p, fmt.Errorf("no GPU to publish: NVIDIA_VISIBLE_DEVICES=%s selects none of the node's %d GPUs; set it (ConfigMap key %s) to a GPU UUID, index or all", contract.Quote(n.cfg.VisibleDevices), len(node.Devices), contract.ConfigMapKey)
+	}
+	// The node's one CDI spec: the same generator and file on either path,
+	// so nvinject-nri and containerd resolve the same names.
+	if p.shares, err = n.shares(p.published); err != nil {
+		return p, err
+	}
+	p.gen = spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(p.shares.replicas), spec.WithMPS(p.shares.mps))
+	if p.spec, err = p.gen.Generate(node, p.published); err != nil {
+		return p, fmt.Errorf("generate the CDI spec: %w", err)
+	}
+	return p, nil
 }
 
 // shares are how the published GPUs are shared: each shared GPU's or MIG
@@ -398,12 +436,16 @@ func (n *Node) mpsProgram(node gpu.Node) (mps.Program, error) {
 }
 
 // newTracker tracks the published GPUs' health, with the checkpoint in
-// --state-dir and the health collectors kept current.
-func (n *Node) newTracker(gpus GPUs) *health.Tracker {
+// --state-dir, prev's marks when a layout was published before, and the
+// health collectors kept current.
+func (n *Node) newTracker(gpus GPUs, prev *health.Tracker) *health.Tracker {
 	uuids := gpus.UUIDs()
 	opts := []health.Option{health.WithLogger(n.log), health.WithIgnoredXids(n.cfg.IgnoredXids), health.WithQuietPeriod(n.cfg.QuietPeriod)}
 	if n.cfg.StateDir != "" {
 		opts = append(opts, health.WithCheckpoint(filepath.Join(n.cfg.StateDir, checkpointFile)))
+	}
+	if prev != nil {
+		opts = append(opts, health.WithCarry(prev))
 	}
 	if n.events == nil {
 		return health.New(uuids, opts...)
@@ -429,7 +471,9 @@ func (n *Node) newTracker(gpus GPUs) *health.Tracker {
 	return t
 }
 
-func (n *Node) recoverOnSignal(ctx context.Context, t *health.Tracker) {
+// recoverOnSignal recovers every GPU on each signal, then asks for the
+// MIG layout to be read again (rescan, which never blocks).
+func (n *Node) recoverOnSignal(ctx context.Context, t *health.Tracker, rescan chan<- struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -438,6 +482,10 @@ func (n *Node) recoverOnSignal(ctx context.Context, t *health.Tracker) {
 			n.log.Info("operator recovery: asking NVML about every GPU before clearing its Xid and loss marks")
 			if err := t.RecoverAll(ctx); err != nil && ctx.Err() == nil {
 				n.log.Warn("operator recovery: NVML does not vouch for some GPUs; they stay Unhealthy", logging.Err(err))
+			}
+			select {
+			case rescan <- struct{}{}:
+			default:
 			}
 		}
 	}

@@ -155,14 +155,20 @@ func (t *Tracker) restore() {
 		t.log.Warn("ignoring the health checkpoint; GPUs start from NVML's answer alone", "path", t.checkpoint, "error", err)
 		return
 	}
+	t.apply(marks, "the health checkpoint of an earlier run")
+}
+
+// apply sets the marks of the GPUs still published; from says where they
+// came from.
+func (t *Tracker) apply(marks map[string]mark, from string) {
 	for u, m := range marks {
 		d, ok := t.devs[u]
 		if !ok {
-			t.log.Info("health checkpoint names a GPU this plugin no longer publishes; dropping it", "uuid", u)
+			t.log.Info("health marks name a GPU this plugin no longer publishes; dropping it", "uuid", u, "from", from)
 			continue
 		}
 		d.lost, d.xid, d.xidAt = m.Lost, m.Xid, m.XidAt
-		t.log.Warn("GPU Unhealthy from the health checkpoint of an earlier run", "uuid", u, "lost", m.Lost, "xid", m.Xid, "xid_at", m.XidAt)
+		t.log.Warn("GPU Unhealthy from "+from, "uuid", u, "lost", m.Lost, "xid", m.Xid, "xid_at", m.XidAt)
 		if d.lost == "" {
 			t.restoreQuiet(d)
 		}

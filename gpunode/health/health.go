@@ -63,6 +63,7 @@ type Tracker struct {
 	observe    func(e gpu.HealthEvent, ignored bool)
 	onChange   func([]State)
 	checkpoint string
+	carry      *Tracker
 	order      []string
 	// devs is filled by New and never changes; its values are guarded by mu.
 	devs map[string]*device
@@ -138,6 +139,11 @@ func WithOnChange(f func([]State)) Option { return func(t *Tracker) { t.onChange
 // and rewritten atomically after every change.
 func WithCheckpoint(path string) Option { return func(t *Tracker) { t.checkpoint = path } }
 
+// WithCarry starts from the lost and Xid marks of prev, a tracker whose
+// Run has returned: the GPUs of a republished layout keep their health
+// with or without a checkpoint.
+func WithCarry(prev *Tracker) Option { return func(t *Tracker) { t.carry = prev } }
+
 // New tracks uuids. They are Unhealthy until Run has armed a watch and
 // checked them.
 func New(uuids []string, opts ...Option) *Tracker {
@@ -155,7 +161,11 @@ func New(uuids []string, opts ...Option) *Tracker {
 	for _, u := range uuids {
 		t.devs[u] = &device{}
 	}
-	if t.checkpoint != "" {
+	switch {
+	case t.carry != nil:
+		t.apply(t.carry.marks(), "the layout published before")
+		t.carry = nil
+	case t.checkpoint != "":
 		t.restore()
 	}
 	return t

@@ -36,6 +36,10 @@ const (
 // application errors (the GPU itself stays usable).
 const DefaultIgnoredXids = "13,31,43,45,68,109"
 
+// DefaultMIGRescan is --mig-rescan-interval's default: a handful of NVML
+// calls per GPU each time.
+const DefaultMIGRescan = 10 * time.Second
+
 // DefaultPodResourcesSocket is kubelet's PodResources socket.
 const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
@@ -56,7 +60,10 @@ type Config struct {
 	MIGStrategy    gpuselect.MIGStrategy
 	IgnoredXids    []uint64
 	QuietPeriod    time.Duration
-	OnNVMLError    string
+	// MIGRescan is how often the MIG layout is read again for a republish;
+	// 0 reads it only at start and on SIGHUP.
+	MIGRescan   time.Duration
+	OnNVMLError string
 	// ResourceName is the extended resource nvidia.com/gpu: what the device
 	// plugin publishes and nvinject-dra's DeviceClass serves.
 	ResourceName string
@@ -101,6 +108,7 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.mig, "mig-strategy", string(mig), "MIG handling, NVIDIA's strategies: none (whole GPUs; MIG GPUs left out), single (every GPU MIG, one profile, published as the GPU resource), mixed (whole GPUs, and a nvidia.com/mig-<profile> resource per MIG profile); nvinject-dra publishes each MIG device under single or mixed")
 	fs.StringVar(&c.xids, "ignored-xids", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
 	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
+	fs.DurationVar(&c.MIGRescan, "mig-rescan-interval", DefaultMIGRescan, "how often the MIG layout (MIG mode, MIG devices) is read again: a changed published set is republished (CDI spec, then kubelet) without a restart; SIGHUP also reads it; 0 reads it only at start and on SIGHUP")
 	fs.StringVar(&c.OnNVMLError, "on-nvml-error", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, d.ResourceNameUsage)
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", DefaultPodResourcesSocket, "kubelet's PodResources socket, polled every second: a GPU that a pod got through the other path (device plugin or DRA) is not handed out until that pod ends, and while the socket cannot be read no GPU is (fail closed); empty disables, leaving GPUs the other path holds unprotected")
@@ -130,6 +138,9 @@ func (c *Config) Validate() []error {
 	}
 	if c.QuietPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--health-quiet-period=%s is negative; give a duration such as 5m, or 0 to recover only on SIGHUP", c.QuietPeriod))
+	}
+	if c.MIGRescan < 0 {
+		errs = append(errs, fmt.Errorf("--mig-rescan-interval=%s is negative; give a duration such as 10s, or 0 to read the MIG layout only at start and on SIGHUP", c.MIGRescan))
 	}
 	if c.NVML != backend.Real {
 		if _, err := sim.ParseSpec(c.NVML); err != nil {
@@ -174,7 +185,7 @@ func (c Config) Attrs() []any {
 		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", contract.CDIKind(c.CDIVendor, c.CDIClass),
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
-		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "on_nvml_error", c.OnNVMLError,
+		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "mig_rescan_interval", c.MIGRescan.String(), "on_nvml_error", c.OnNVMLError,
 		"resource_name", c.ResourceName, "pod_resources_socket", c.PodResourcesSocket, "state_dir", c.StateDir,
 		"metrics_addr", c.MetricsAddr,
 	}

@@ -31,7 +31,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.NVML != "real" || c.DriverRoot != "/" || c.CDISpecDir != "/var/run/cdi" || c.ResourceName != "nvidia.com/gpu" ||
-		!c.Selector.All || c.QuietPeriod != 5*time.Minute || c.OnNVMLError != OnNVMLErrorWait ||
+		!c.Selector.All || c.QuietPeriod != 5*time.Minute || c.MIGRescan != 10*time.Second || c.OnNVMLError != OnNVMLErrorWait ||
 		c.PodResourcesSocket != DefaultPodResourcesSocket || c.MetricsAddr != ":1" || c.StateDir != "/state" || c.Log.Format != "json" ||
 		!slices.Equal(c.IgnoredXids, []uint64{13, 31, 43, 45, 68, 109}) || c.MIGStrategy != gpuselect.MIGNone {
 		t.Fatalf("defaults: %+v", c)
@@ -97,6 +97,8 @@ func TestRefusesInvalidValues(t *testing.T) {
 		{args: []string{"--health-quiet-period=soon"}, want: `invalid value "soon" for flag -health-quiet-period`},
 		{args: []string{"--health-quiet-period=-1s"}, want: `--health-quiet-period=-1s is negative`},
 		{env: map[string]string{"NVINJECT_HEALTH_QUIET_PERIOD": "300"}, want: `NVINJECT_HEALTH_QUIET_PERIOD="300"`},
+		{args: []string{"--mig-rescan-interval=-1s"}, want: `--mig-rescan-interval=-1s is negative`},
+		{env: map[string]string{"NVINJECT_MIG_RESCAN_INTERVAL": "10"}, want: `NVINJECT_MIG_RESCAN_INTERVAL="10"`},
 		{args: []string{"--on-nvml-error=retry"}, want: `--on-nvml-error="retry"`},
 		{args: []string{"--resource-name=gpu"}, want: `--resource-name="gpu" is not a valid extended resource`},
 		{args: []string{"--cdi-vendor=-x"}, want: `--cdi-vendor="-x"`},

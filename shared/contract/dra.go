@@ -93,4 +93,5 @@ const (
 	MetricDRABackgroundErrors = "nvinject_dra_background_errors_total"
 	MetricDRAHealthEvents     = "nvinject_dra_health_events_total"
 	MetricDRARegistered       = "nvinject_dra_registered"
+	MetricDRARepublishes      = "nvinject_dra_republishes_total"
 )

@@ -7,6 +7,7 @@ const (
 	MetricStreams        = "nvinject_device_plugin_list_and_watch_streams"
 	MetricHealthEvents   = "nvinject_device_plugin_health_events_total"
 	MetricDeviceHealthy  = "nvinject_device_plugin_device_healthy"
+	MetricRepublishes    = "nvinject_device_plugin_republishes_total"
 	MetricNRIInjections  = "nvinject_nri_injections_total"
 	MetricNRIRefusals    = "nvinject_nri_refusals_total"
 	MetricNRICreate      = "nvinject_nri_create_container_seconds"

@@ -79,6 +79,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 			Events: contract.MetricHealthEvents, Healthy: contract.MetricDeviceHealthy,
 			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy.", DeviceLabel: "device_id", DeviceID: func(g gpu.Device) string { return d.id(gpuselect.Unit{GPU: g}) },
 		}),
+		gpunode.WithRepublishMetric(contract.MetricRepublishes),
 	}, d.nodeOpts...)...)
 	return d
 }

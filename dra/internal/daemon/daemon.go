@@ -91,6 +91,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy (tainted).", DeviceLabel: "device",
 			DeviceID: driver.DeviceName,
 		}),
+		gpunode.WithRepublishMetric(contract.MetricDRARepublishes),
 	}, d.nodeOpts...)...)
 	return d
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -21,8 +22,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -77,6 +80,15 @@ func newRig(t testing.TB, nvml string, extra ...string) *rig {
 		}
 	}
 	r := &rig{dir: dir, holds: make(chan [2]string, 4), client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})}
+	// The API server names generateName objects; the fake does not, and a
+	// MIG node's pool is two slices (counter sets, devices).
+	var named atomic.Int64
+	r.client.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if o, ok := a.(k8stesting.CreateAction).GetObject().(metav1.Object); ok && o.GetName() == "" && o.GetGenerateName() != "" {
+			o.SetName(fmt.Sprintf("%s%d", o.GetGenerateName(), named.Add(1)))
+		}
+		return false, nil, nil
+	})
 	r.cfg, err = config.Load(append([]string{"--nvml=" + nvml, "--node-name=" + nodeName, "--driver-root=" + driverRoot(t, nvml),
 		"--cdi-spec-dir=" + filepath.Join(dir, "cdi"), "--kubelet-registrar-dir=" + filepath.Join(dir, "registry"),
 		"--kubelet-plugins-dir=" + filepath.Join(dir, "plugins"), "--kubelet-dir=" + filepath.Join(dir, "dp"), "--pod-resources-socket=", "--metrics-addr=", "--health-quiet-period=0"}, extra...),
@@ -92,6 +104,7 @@ func (r *rig) start(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
+	startOnce := sync.OnceFunc(func() { close(started) })
 	open := func(v string, o backend.Options) (*backend.Backend, error) {
 		b, node, err := backend.OpenSimulated(v, o)
 		if err == nil {
@@ -108,7 +121,8 @@ func (r *rig) start(t testing.TB) {
 			<-ctx.Done()
 			return nil
 		}),
-		WithOnStart(func(*driver.Driver) { close(started) }))
+		// Each round starts the driver: a republished layout starts it again.
+		WithOnStart(func(*driver.Driver) { startOnce() }))
 	r.done = make(chan error, 1)
 	go func() { r.done <- r.d.Run(ctx) }()
 	select {

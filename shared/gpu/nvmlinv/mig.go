@@ -1,8 +1,10 @@
 package nvmlinv
 
 import (
+	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -153,4 +155,92 @@ func computeInstanceProfile(gi nvml.GpuInstance, id uint32, what string) (nvml.C
 		}
 	}
 	return nvml.ComputeInstanceProfileInfo{}, fmt.Errorf("%s: its compute instance has profile ID %d, which its GPU instance does not list; check the driver with nvidia-smi mig -lcip", what, id)
+}
+
+// MIGLayout is a fingerprint of the node's MIG layout: each GPU's UUID, its
+// current MIG mode and its MIG devices' UUIDs with their GPU and compute
+// instance profile IDs (a driver may hand a new instance the UUID of one
+// destroyed before it). It costs a few NVML calls
+// per GPU, against Discover's profiles, capability files and pairwise
+// topology, so it can be read often; two equal fingerprints are one
+// layout. A pending MIG mode (no reset yet) is not part of it.
+func (i *Inventory) MIGLayout(ctx context.Context) (string, error) {
+	count, ret := i.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return "", nvmlErr("count GPUs", ret)
+	}
+	var b strings.Builder
+	for idx := 0; idx < count; idx++ {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		h, ret := i.lib.DeviceGetHandleByIndex(idx)
+		if ret != nvml.SUCCESS {
+			return "", nvmlErr(fmt.Sprintf("open GPU %d", idx), ret)
+		}
+		uuid, ret := h.GetUUID()
+		if ret != nvml.SUCCESS {
+			return "", nvmlErr(fmt.Sprintf("read GPU %d's UUID", idx), ret)
+		}
+		b.WriteString(uuid)
+		cur, _, ret := h.GetMigMode()
+		if ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_ENABLE {
+			b.WriteByte('\n')
+			continue
+		}
+		b.WriteString(" mig")
+		slots, ret := h.GetMaxMigDeviceCount()
+		if ret != nvml.SUCCESS {
+			return "", nvmlErr(fmt.Sprintf("count GPU %s's MIG devices", uuid), ret)
+		}
+		for j := 0; j < slots; j++ {
+			m, ret := h.GetMigDeviceHandleByIndex(j)
+			if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
+				continue
+			}
+			if ret != nvml.SUCCESS {
+				return "", nvmlErr(fmt.Sprintf("open GPU %s's MIG device %d", uuid, j), ret)
+			}
+			id, err := migIdentity(h, m)
+			if err != nil {
+				return "", fmt.Errorf("GPU %s's MIG device %d: %w", uuid, j, err)
+			}
+			b.WriteString(" " + id)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String(), nil
+}
+
+// migIdentity is a MIG device's UUID and its instances' profile IDs.
+func migIdentity(parent, m nvml.Device) (string, error) {
+	uuid, ret := m.GetUUID()
+	if ret != nvml.SUCCESS {
+		return "", nvmlErr("read the UUID", ret)
+	}
+	giID, ret := m.GetGpuInstanceId()
+	if ret != nvml.SUCCESS {
+		return "", nvmlErr("read the GPU instance of "+uuid, ret)
+	}
+	ciID, ret := m.GetComputeInstanceId()
+	if ret != nvml.SUCCESS {
+		return "", nvmlErr("read the compute instance of "+uuid, ret)
+	}
+	gi, ret := parent.GetGpuInstanceById(giID)
+	if ret != nvml.SUCCESS {
+		return "", nvmlErr("open the GPU instance of "+uuid, ret)
+	}
+	giInfo, ret := gi.GetInfo()
+	if ret != nvml.SUCCESS {
+		return "", nvmlErr("read the GPU instance of "+uuid, ret)
+	}
+	ci, ret := gi.GetComputeInstanceById(ciID)
+	if ret != nvml.SUCCESS {
+		return "", nvmlErr("open the compute instance of "+uuid, ret)
+	}
+	ciInfo, ret := ci.GetInfo()
+	if ret != nvml.SUCCESS {
+		return "", nvmlErr("read the compute instance of "+uuid, ret)
+	}
+	return fmt.Sprintf("%s/%d/%d", uuid, giInfo.ProfileId, ciInfo.ProfileId), nil
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,8 +11,14 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/nvinject/nvinject/shared/gpu/nvcaps"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
+	"github.com/nvinject/nvinject/shared/gpu/sim/simholders"
 )
+
+// ErrInUse is returned for a MIG instance a process holds: the simulated
+// driver, as the real one, does not destroy it.
+var ErrInUse = errors.New("in use")
 
 // The simulated driver's MIG rules. go-nvml's mock keeps the profile and
 // placement tables but creates whatever it is asked to; the simulation
@@ -233,14 +240,14 @@ func (n *Node) wireMIG(dev *server.Device) {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
 	dev.CreateGpuInstanceFunc = func(info *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
-		return createGI(dev, info, nil)
+		return createGI(dev, info, nil, n.wireGI)
 	}
 	dev.CreateGpuInstanceWithPlacementFunc = func(info *nvml.GpuInstanceProfileInfo, at *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
-		return createGI(dev, info, at)
+		return createGI(dev, info, at, n.wireGI)
 	}
 }
 
-func createGI(dev *server.Device, info *nvml.GpuInstanceProfileInfo, at *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
+func createGI(dev *server.Device, info *nvml.GpuInstanceProfileInfo, at *nvml.GpuInstancePlacement, wire func(*server.GpuInstance)) (nvml.GpuInstance, nvml.Return) {
 	dev.Lock()
 	defer dev.Unlock()
 	if dev.MigMode != nvml.DEVICE_MIG_ENABLE {
@@ -280,7 +287,7 @@ func createGI(dev *server.Device, info *nvml.GpuInstanceProfileInfo, at *nvml.Gp
 		where = got[0].at
 	}
 	gi := server.NewGpuInstanceFromInfo(nvml.GpuInstanceInfo{Device: dev, Id: lowestFree(ids), ProfileId: info.Id, Placement: where}, cfg.MIGProfiles)
-	wireGI(gi)
+	wire(gi)
 	dev.GpuInstances[gi] = struct{}{}
 	return gi, nvml.SUCCESS
 }
@@ -294,8 +301,10 @@ func lowestFree(used map[uint32]bool) uint32 {
 }
 
 // wireGI makes a GPU instance behave as the driver's: CIs fit its slices,
-// and it cannot be destroyed while it holds any.
-func wireGI(gi *server.GpuInstance) {
+// it cannot be destroyed while it holds any or while a process has its
+// access node open, and neither can a CI whose access node is open
+// (NVML_ERROR_IN_USE).
+func (n *Node) wireGI(gi *server.GpuInstance) {
 	gi.CreateComputeInstanceFunc = func(info *nvml.ComputeInstanceProfileInfo) (nvml.ComputeInstance, nvml.Return) {
 		gi.Lock()
 		defer gi.Unlock()
@@ -320,6 +329,7 @@ func wireGI(gi *server.GpuInstance) {
 			return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
 		}
 		ci := server.NewComputeInstanceFromInfo(nvml.ComputeInstanceInfo{Device: gi.Info.Device, GpuInstance: gi, Id: lowestFree(ids), ProfileId: info.Id})
+		n.wireCI(ci)
 		gi.ComputeInstances[ci] = struct{}{}
 		return ci, nvml.SUCCESS
 	}
@@ -343,12 +353,38 @@ func wireGI(gi *server.GpuInstance) {
 		if _, ok := dev.GpuInstances[gi]; !ok {
 			return nvml.ERROR_NOT_FOUND
 		}
-		if busy {
+		if busy || n.held(giMinor(dev.Minor, int(gi.Info.Id))) {
 			return nvml.ERROR_IN_USE
 		}
 		delete(dev.GpuInstances, gi)
 		return nvml.SUCCESS
 	}
+}
+
+// wireCI refuses destroying a compute instance whose access node a
+// process holds open, as the driver does.
+func (n *Node) wireCI(ci *server.ComputeInstance) {
+	ci.DestroyFunc = func() nvml.Return {
+		gi := ci.Info.GpuInstance.(*server.GpuInstance)
+		dev := gi.Info.Device.(*server.Device)
+		if n.held(ciMinor(dev.Minor, int(gi.Info.Id), int(ci.Info.Id))) {
+			return nvml.ERROR_IN_USE
+		}
+		gi.Lock()
+		defer gi.Unlock()
+		if _, ok := gi.ComputeInstances[ci]; !ok {
+			return nvml.ERROR_NOT_FOUND
+		}
+		delete(gi.ComputeInstances, ci)
+		return nvml.SUCCESS
+	}
+}
+
+// held says whether a process under the proc root has the capability
+// node of minor open; a /proc that cannot be read holds nothing.
+func (n *Node) held(minor int) bool {
+	pids, err := simholders.Holders(n.procRoot, CapsMajor, int64(minor))
+	return err == nil && len(pids) > 0
 }
 
 // instance is one CI of a GI, as a MIG device's handle and procfs files
@@ -487,11 +523,16 @@ func (n *Node) DestroyGPUInstance(index, gi int) error {
 		if ret == nvml.SUCCESS {
 			ret = c.Destroy()
 		}
+		if ret == nvml.ERROR_IN_USE {
+			return fmt.Errorf("simulated GPU %d: compute instance %d of GPU instance %d is in use by a process (its %s is open); stop it first: %w", index, in.ciID, gi, nvcaps.ComputeInstanceFile(dev.Minor, gi, in.ciID), ErrInUse)
+		}
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("simulated GPU %d: destroy compute instance %d of GPU instance %d: %s", index, in.ciID, gi, nvml.ErrorString(ret))
 		}
 	}
-	if ret := g.Destroy(); ret != nvml.SUCCESS {
+	if ret := g.Destroy(); ret == nvml.ERROR_IN_USE {
+		return fmt.Errorf("simulated GPU %d: GPU instance %d is in use by a process; stop it first: %w", index, gi, ErrInUse)
+	} else if ret != nvml.SUCCESS {
 		return fmt.Errorf("simulated GPU %d: destroy GPU instance %d: %s", index, gi, nvml.ErrorString(ret))
 	}
 	return nil

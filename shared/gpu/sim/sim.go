@@ -42,6 +42,7 @@ import (
 
 	"github.com/nvinject/nvinject/shared/driverroot"
 	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/gpu/sim/simholders"
 )
 
 // Prefix marks a simulated --nvml value: "sim:a100-80gb", "sim:a100-80gb*8",
@@ -328,20 +329,34 @@ type Node struct {
 	spec   Spec
 	server *server.Server
 
+	// procRoot is the /proc searched for processes holding a MIG
+	// instance's access node.
+	procRoot string
+
 	mu     sync.Mutex
 	regs   map[chan nvml.EventData]map[string]bool
 	faults *faultTable
 }
 
+// Option configures a simulated Node.
+type Option func(*Node)
+
+// WithProcRoot sets the /proc in which processes holding a MIG instance's
+// /dev/nvidia-caps node are found (default the host's; tests give a fake).
+func WithProcRoot(dir string) Option { return func(n *Node) { n.procRoot = dir } }
+
 // New builds the simulated node for spec, creating each GPU's MIG layout
 // through NVML's calls. The spec comes from ParseSpec, which has checked
 // that the layouts fit; New panics on one that does not.
-func New(spec Spec) *Node {
+func New(spec Spec, opts ...Option) *Node {
 	cfgs := gpus.Multiple(spec.Count, models[spec.Model])
 	srv := dgxa100.NewWithGPUs(cfgs...)
 	srv.DriverVersion = spec.DriverVersion()
 	srv.CudaDriverVersion, _ = CUDAVersionFor(srv.DriverVersion)
-	n := &Node{spec: spec, server: srv, regs: map[chan nvml.EventData]map[string]bool{}, faults: &faultTable{byID: map[string]*deviceFaults{}}}
+	n := &Node{spec: spec, server: srv, procRoot: simholders.Proc, regs: map[chan nvml.EventData]map[string]bool{}, faults: &faultTable{byID: map[string]*deviceFaults{}}}
+	for _, o := range opts {
+		o(n)
+	}
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)
 		dev.UUID = UUID(spec.Model, i)
