@@ -36,6 +36,8 @@ type podSpec struct {
 	// the mutating admission policy adds it.
 	seed        bool
 	annotations map[string]string
+	// image replaces the busybox image (the vLLM stand-in's glibc one).
+	image string
 }
 
 // gpuPod is what an application asking for one GPU looks like.
@@ -63,6 +65,9 @@ func createPod(t testing.TB, ctx context.Context, name string, s podSpec) {
 				Command: sleeper,
 			}},
 		},
+	}
+	if s.image != "" {
+		pod.Spec.Containers[0].Image = s.image
 	}
 	if s.gpu {
 		res := simnode.Resource
