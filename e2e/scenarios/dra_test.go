@@ -39,6 +39,7 @@ func TestDRA(t *testing.T) {
 			{"-k", filepath.Join(repo, "deploy", "overlays", "dra-node")},
 			{"-k", filepath.Join(repo, "deploy", "overlays", "local-sim-dra")},
 			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "gpu-80gb-claim.yaml")},
+			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "shared-gpu-claim.yaml")},
 		} {
 			out, err := d.Kube().Kubectl(ctx, "", append([]string{"apply", "--dry-run=server"}, args...)...)
 			if err != nil || !strings.Contains(out, "(server dry run)") {
@@ -136,6 +137,31 @@ func TestDRA(t *testing.T) {
 				t.Errorf("pod %s sees %v, want exactly %s", p.name, got, dep.UUID)
 			}
 			deletePod(t, p.name)
+		}
+	})
+
+	t.Run("two pods share one claim by its GpuConfig (time-slicing)", func(t *testing.T) {
+		claim := createSharedClaim(t, ctx)
+		for _, n := range []string{"dra-shared-a", "dra-shared-b"} {
+			createClaimPod(t, ctx, n, claim.Name)
+		}
+		for _, n := range []string{"dra-shared-a", "dra-shared-b"} {
+			waitPod(t, ctx, n, 2*time.Minute, "Running", running)
+			if got := containerGPUs(t, ctx, n); !slices.Equal(got, []string{dep.UUID}) {
+				t.Errorf("pod %s sees %v, want exactly the claim's GPU %s", n, got, dep.UUID)
+			}
+			out, err := d.Kube().Exec(ctx, ns, n, "", "/bin/sh", "-c", "echo $"+contract.EnvSharedClaim)
+			if err != nil || strings.TrimSpace(out) != string(claim.UID) {
+				t.Errorf("pod %s: %s=%q (%v), want the claim's UID %s", n, contract.EnvSharedClaim, strings.TrimSpace(out), err, claim.UID)
+			}
+		}
+		// The claim holds the node's one GPU: a pod of its own claim waits.
+		createTemplate(t, ctx)
+		createDRAPod(t, ctx, "dra-unshared", podSpec{runtimeClass: true}, "gpu-80gb")
+		waitPod(t, ctx, "dra-unshared", time.Minute, "Unschedulable", unschedulable)
+		t.Logf("FIGURE DRA sharing: 2 pods Running on claim %s (TimeSlicing) on %s, a pod of another claim Unschedulable", claim.Name, dep.UUID)
+		for _, n := range []string{"dra-unshared", "dra-shared-a", "dra-shared-b"} {
+			deletePod(t, n)
 		}
 	})
 
@@ -328,6 +354,55 @@ func createDRAPod(t testing.TB, ctx context.Context, name string, s podSpec, cla
 		pod.Annotations[contract.RequiredPluginsAnnotation] = `["` + contract.NRIPluginName + `"]`
 	}
 	if _, err := d.Kube().Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	t.Cleanup(func() { deletePod(t, name) })
+}
+
+// createSharedClaim creates the example shared ResourceClaim (one GPU,
+// TimeSlicing by opaque GpuConfig) from deploy/examples/dra, deleted when
+// t ends.
+func createSharedClaim(t testing.TB, ctx context.Context) *resourceapi.ResourceClaim {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "examples", "dra", "shared-gpu-claim.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c resourceapi.ResourceClaim
+	if err := yaml.UnmarshalStrict(bytes.Split(data, []byte("\n---"))[0], &c); err != nil {
+		t.Fatal(err)
+	}
+	c.Namespace = ns
+	got, err := need(t).Kube().Client.ResourceV1().ResourceClaims(ns).Create(ctx, &c, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = need(t).Kube().Client.ResourceV1().ResourceClaims(ns).Delete(context.Background(), c.Name, metav1.DeleteOptions{})
+	})
+	return got
+}
+
+// createClaimPod creates a sleeping nvidia pod whose GPU is the existing
+// ResourceClaim claim, shared with the other pods that name it.
+func createClaimPod(t testing.TB, ctx context.Context, name, claim string) {
+	t.Helper()
+	rc := contract.RuntimeHandler
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"nvinject-e2e": "true"},
+			Annotations: map[string]string{contract.RequiredPluginsAnnotation: `["` + contract.NRIPluginName + `"]`}},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: new(int64),
+			RuntimeClassName:              &rc,
+			ResourceClaims:                []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}},
+			Containers: []corev1.Container{{
+				Name: "main", Image: simnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command:   sleeper,
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
+			}},
+		},
+	}
+	if _, err := need(t).Kube().Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
 	}
 	t.Cleanup(func() { deletePod(t, name) })
