@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvinject/nvinject/e2e/simnode"
@@ -268,4 +269,76 @@ func TestTimeSlicingSixteenOverEight(t *testing.T) {
 		t.Errorf("pods reach %d GPUs, want 8", len(per))
 	}
 	t.Logf("FIGURE time-slicing: 17 pods created at once on 8 GPUs x 2 replicas: 16 Running, 2 per GPU on %d GPUs, %s Unschedulable", len(per), waiting[0])
+}
+
+// On the DRA path, the same A100 node (GPU 0 whole, GPU 1 split into one
+// 3g.40gb and two 1g.10gb) moved to nvinject-dra: claims select MIG devices
+// by profile with CEL. Two 1g.10gb claims get the two distinct 1g.10gb MIG
+// devices, a whole-GPU claim GPU 0, each seeing exactly its allocation; a
+// third 1g.10gb claim waits, and a whole-GPU claim cannot take GPU 1, whose
+// slices the counters give away (KEP-4815).
+func TestDRAMIGClaimByProfile(t *testing.T) {
+	d := need(t)
+	ctx := testCtx(t)
+	if err := d.ImportDRAImage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const nvml = "sim:a100-80gb*2,mig=1:3g.40gb+1g.10gb*2"
+	small, big := contract.MIGResourceName(simnode.Resource, "1g.10gb"), contract.MIGResourceName(simnode.Resource, "3g.40gb")
+	mig := deployFor(t, ctx, simnode.GPUs{NVML: nvml, All: true, MIGStrategy: "mixed", Expect: map[string]int64{simnode.Resource: 1, small: 2, big: 1}})
+	sw, err := d.SwitchToDRA(ctx, mig, 3*time.Minute)
+	t.Cleanup(func() {
+		if _, err := d.SwitchToDevicePlugin(context.Background(), mig, 3*time.Minute); err != nil {
+			t.Errorf("switch back to the device plugin: %v", err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE DRA MIG: %s moved to nvinject-dra, Ready with its slices after %s", nvml, sw.Ready.Round(time.Millisecond))
+	node, err := simnode.SimulatedGPUs(ctx, nvml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := `device.attributes["` + contract.DRADriver + `"].`
+	createCELTemplate(t, ctx, "mig-1g", attr+contract.DRAAttrType+` == "`+contract.DRATypeMIG+`" && `+attr+contract.DRAAttrProfile+` == "1g.10gb"`)
+	createCELTemplate(t, ctx, "whole-gpu", attr+contract.DRAAttrType+` == "`+contract.DRATypeGPU+`"`)
+	for _, p := range [][2]string{{"dra-mig-a", "mig-1g"}, {"dra-mig-b", "mig-1g"}, {"dra-whole", "whole-gpu"}} {
+		createDRAPod(t, ctx, p[0], podSpec{runtimeClass: true}, p[1])
+	}
+	for _, n := range []string{"dra-mig-a", "dra-mig-b", "dra-whole"} {
+		waitPod(t, ctx, n, 2*time.Minute, "Running", running)
+	}
+	a, b := checkMIGPod(t, ctx, node, "dra-mig-a", "1g.10gb"), checkMIGPod(t, ctx, node, "dra-mig-b", "1g.10gb")
+	if a != "" && a == b {
+		t.Errorf("two claims got the same MIG device %s", a)
+	}
+	if got := smiList(t, ctx, "dra-whole"); !slices.Equal(got, []string{node.Devices[0].UUID}) {
+		t.Errorf("whole-GPU claim pod sees %v, want only GPU 0 %s", got, node.Devices[0].UUID)
+	}
+	createDRAPod(t, ctx, "dra-mig-c", podSpec{runtimeClass: true}, "mig-1g")
+	createDRAPod(t, ctx, "dra-whole-2", podSpec{runtimeClass: true}, "whole-gpu")
+	waitPod(t, ctx, "dra-mig-c", time.Minute, "Unschedulable", unschedulable)
+	waitPod(t, ctx, "dra-whole-2", time.Minute, "Unschedulable", unschedulable)
+	t.Logf("FIGURE DRA MIG by profile: 2 claims on distinct 1g.10gb devices %s %s, a whole-GPU claim on GPU 0; a third 1g.10gb claim and a whole-GPU claim for the sliced GPU 1 Unschedulable", a, b)
+}
+
+// createCELTemplate creates ResourceClaimTemplate name asking for one
+// device of nvinject's DeviceClass that expr selects.
+func createCELTemplate(t *testing.T, ctx context.Context, name, expr string) {
+	t.Helper()
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: contract.DRADriver,
+				Selectors:       []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: expr}}},
+			}}},
+		}}},
+	}
+	c := need(t).Kube().Client.ResourceV1().ResourceClaimTemplates(ns)
+	if _, err := c.Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ResourceClaimTemplate %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }

@@ -129,16 +129,16 @@ func (d *Deployer) SwitchToDRA(ctx context.Context, dep Deployment, timeout time
 // timing each from t0 (when the move began).
 func (d *Deployer) WaitOnDRA(ctx context.Context, dep Deployment, t0 time.Time, timeout time.Duration) (Switch, error) {
 	return d.waitSwitch(ctx, t0, timeout, DevicePlugin, DRADaemonSet, 0, func(ctx context.Context) error {
-		s, err := d.ResourceSlice(ctx)
+		devs, err := d.SliceDevices(ctx)
 		if err != nil {
 			return err
 		}
-		for _, dev := range s.Spec.Devices {
+		for _, dev := range devs {
 			if u := dev.Attributes[contract.DRAAttrUUID].StringValue; u != nil && *u == dep.UUID {
 				return nil
 			}
 		}
-		return fmt.Errorf("ResourceSlice %s does not publish %s", s.Name, dep.UUID)
+		return fmt.Errorf("the node's ResourceSlices do not publish %s", dep.UUID)
 	})
 }
 
@@ -235,6 +235,24 @@ func (d *Deployer) ResourceSlice(ctx context.Context) (*resourceapi.ResourceSlic
 		return nil, fmt.Errorf("%d ResourceSlices of %s on node %s, want 1", len(l.Items), contract.DRADriver, d.node.Name())
 	}
 	return &l.Items[0], nil
+}
+
+// SliceDevices are the devices of every ResourceSlice of nvinject-dra on
+// this node (a MIG node's pool has a second slice, its shared counters).
+func (d *Deployer) SliceDevices(ctx context.Context) ([]resourceapi.Device, error) {
+	sel := fields.Set{"spec.nodeName": d.node.Name(), "spec.driver": contract.DRADriver}.String()
+	l, err := d.kube.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list ResourceSlices (%s): %w", sel, err)
+	}
+	var out []resourceapi.Device
+	for _, s := range l.Items {
+		out = append(out, s.Spec.Devices...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%d ResourceSlices of %s on node %s, none with a device", len(l.Items), contract.DRADriver, d.node.Name())
+	}
+	return out, nil
 }
 
 // DRAPod is nvinject-dra's running pod (hostNetwork: its IP is the node's).
