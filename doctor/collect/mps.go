@@ -26,7 +26,9 @@ func dialMPS(devs []evidence.CDIDevice) {
 			continue
 		}
 		sock := filepath.Join(d.MPS.PipeDir, "control")
-		c, err := net.DialTimeout("unix", sock, mpsDialTimeout)
+		// NVIDIA's control daemon listens on a SOCK_SEQPACKET socket; a
+		// stream connect gets EPROTOTYPE even while it is up.
+		c, err := net.DialTimeout("unixpacket", sock, mpsDialTimeout)
 		switch {
 		case err == nil:
 			c.Close()

@@ -57,12 +57,12 @@ devices:
 // daemon gone) and a missing one are down.
 func TestDialMPS(t *testing.T) {
 	up, stale, missing := t.TempDir(), t.TempDir(), t.TempDir()
-	l, err := net.Listen("unix", filepath.Join(up, "control"))
+	l, err := net.Listen("unixpacket", filepath.Join(up, "control"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	s, err := net.Listen("unix", filepath.Join(stale, "control"))
+	s, err := net.Listen("unixpacket", filepath.Join(stale, "control"))
 	if err != nil {
 		t.Fatal(err)
 	}

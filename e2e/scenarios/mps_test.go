@@ -1,10 +1,12 @@
 package scenarios
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nvinject/nvinject/doctor"
 	"github.com/nvinject/nvinject/e2e/simnode"
 	"github.com/nvinject/nvinject/gpunode/mps"
 )
@@ -49,6 +51,14 @@ func TestMPSPairWithLimits(t *testing.T) {
 		if len(lines) < 3 || lines[len(lines)-3] != "50.0" || lines[len(lines)-2] != "40G" {
 			t.Errorf("pod %s: the real MPS control daemon answered %q, want 50.0 and 40G", n, lines)
 		}
+	}
+	// The doctor sees the daemon up and the GPU within its 2 replicas.
+	r := runDoctor(t, ctx, func(o *doctor.Options) {
+		o.PodResourcesSocket = filepath.Join(d.Node().PodResourcesDir(), "kubelet.sock")
+	})
+	v, _ := r.Verdict(doctor.LayerAllocate)
+	if ev := strings.Join(v.Evidence, "\n"); v.Status != doctor.OK || !strings.Contains(ev, "MPS control daemon of "+shared.UUID+" up") {
+		t.Errorf("doctor allocate layer: %s, evidence:\n%s\nfix: %s", v.Status, ev, v.Fix)
 	}
 	t.Logf("FIGURE MPS: 3 pods created on 1 GPU with 2 MPS replicas: %d Running as clients of NVIDIA's real control daemon (50%% threads, 40G pinned each), %s Unschedulable", len(runningPods), waiting[0])
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // The test binary stands in for nvidia-cuda-mps-control when
-// MPS_TEST_CONTROL is set: with -f it is the daemon (a unix socket in
+// MPS_TEST_CONTROL is set: with -f it is the daemon (a SOCK_SEQPACKET unix socket, as NVIDIA's, in
 // CUDA_MPS_PIPE_DIRECTORY answering one command per connection), without
 // it the client (the command on stdin, the answer on stdout). NVIDIA's real
 // program is run by e2e/driverroot's tests against its driver root.
@@ -33,7 +33,7 @@ func fakeControl() int {
 				return 3
 			}
 		}
-		l, err := net.Listen("unix", sock)
+		l, err := net.Listen("unixpacket", sock)
 		if err != nil {
 			fmt.Println(err)
 			return 1
@@ -61,7 +61,7 @@ func fakeControl() int {
 		}
 	}
 	in, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-	c, err := net.Dial("unix", sock)
+	c, err := net.Dial("unixpacket", sock)
 	if err != nil {
 		fmt.Println(err)
 		return 1
@@ -178,7 +178,7 @@ func TestStaleSocketOfAKilledDaemonIsCleared(t *testing.T) {
 	if err := os.MkdirAll(p.Pipe, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("unix", p.Control())
+	l, err := net.Listen("unixpacket", p.Control())
 	if err != nil {
 		t.Fatal(err)
 	}
