@@ -14,6 +14,7 @@
 package gpunode
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -58,6 +59,34 @@ type GPUs struct {
 	// Sharing is the time-slicing configuration the spec was written with
 	// (WithSharing); empty shares nothing.
 	Sharing sharing.Config
+	// MPS runs the MPS daemons of a plugin that shares by claim
+	// (WithClaimMPS); nil otherwise.
+	MPS *ClaimMPS
+}
+
+// ClaimMPS runs the MPS control daemons a plugin declares (nvinject-dra:
+// one per claim shared through MPS) from the node's driver root.
+type ClaimMPS struct {
+	m       *mps.Manager
+	prog    mps.Program
+	progErr error
+	host    string
+}
+
+// Sync runs exactly ds; the error says why none can run (the driver root
+// has no MPS control program).
+func (c *ClaimMPS) Sync(ds []mps.Daemon) error {
+	if c.progErr != nil && len(ds) > 0 {
+		return c.progErr
+	}
+	c.m.Sync(c.prog, ds)
+	return nil
+}
+
+// Client is the host paths a client of daemon id mounts: its pipe
+// directory and the daemons' shared memory.
+func (c *ClaimMPS) Client(id string) (pipe, shm string) {
+	return mps.PathsOf(c.host, id).Pipe, mps.ShmDir(c.host)
 }
 
 // UUIDs are the published GPUs' UUIDs, in publication order.
@@ -98,6 +127,7 @@ type Node struct {
 	routes    map[string]http.Handler
 	onPublish []func(GPUs)
 	sharing   sharing.Config
+	claimMPS  bool
 	mpsDir    string
 	mpsHost   string
 	mps       *mps.Manager
@@ -144,12 +174,10 @@ func WithOnPublish(f func(GPUs)) Option {
 // them (the device plugin's time-slicing).
 func WithSharing(c sharing.Config) Option { return func(n *Node) { n.sharing = c } }
 
-// WithMPSDir is where the node runs the MPS control daemons of GPUs shared
-// through MPS (default contract.MPSDir), and that directory's path on the
-// host, which the CDI spec mounts into their clients (empty: the same).
-func WithMPSDir(dir, host string) Option {
-	return func(n *Node) { n.mpsDir, n.mpsHost = dir, host }
-}
+// WithClaimMPS lets the plugin run MPS control daemons of its own through
+// GPUs.MPS (nvinject-dra, per claim); the node then runs none from a
+// sharing configuration.
+func WithClaimMPS() Option { return func(n *Node) { n.claimMPS = true } }
 
 // WithRecoverSignal asks NVML about every GPU, and clears the Xid and loss
 // marks of those it vouches for, on each receive (SIGHUP).
@@ -174,14 +202,11 @@ const checkpointFile = "health.json"
 // The plugin registers its own collectors on Registry before Run.
 func New(cfg nodeconfig.Config, log *slog.Logger, opts ...Option) *Node {
 	n := &Node{cfg: cfg, log: log, open: backend.Open, nvmlRetry: 10 * time.Second, ready: func() error { return nil },
-		reg: prometheus.NewRegistry(), state: httpserve.NewReadiness("starting"), mpsDir: contract.MPSDir}
+		reg: prometheus.NewRegistry(), state: httpserve.NewReadiness("starting"), mpsDir: cfg.MPSDir, mpsHost: cmp.Or(cfg.HostMPSDir, cfg.MPSDir)}
 	for _, o := range append(simulation(cfg.NVML), opts...) {
 		o(n)
 	}
-	if n.mpsHost == "" {
-		n.mpsHost = n.mpsDir
-	}
-	if len(n.sharing.Sharing.MPS.Resources) > 0 {
+	if n.claimMPS || len(n.sharing.Sharing.MPS.Resources) > 0 {
 		n.mps = mps.New(n.mpsDir, mps.WithLogger(log))
 	}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -311,15 +336,19 @@ func (n *Node) prepare(node gpu.Node, prev *health.Tracker) (GPUs, error) {
 	}
 	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(p.published))
 
-	if n.mps != nil {
+	gpus := GPUs{Node: node, Published: p.published, CDIName: p.gen.QualifiedName, Sharing: n.sharing}
+	switch {
+	case n.claimMPS:
+		// A driver root without MPS refuses MPS claims, not the node.
+		prog, err := n.mpsProgram(node)
+		gpus.MPS = &ClaimMPS{m: n.mps, prog: prog, progErr: err, host: n.mpsHost}
+	case n.mps != nil:
 		prog, err := n.mpsProgram(node)
 		if err != nil {
 			return GPUs{}, err
 		}
 		n.mps.Sync(prog, p.shares.daemons)
 	}
-
-	gpus := GPUs{Node: node, Published: p.published, CDIName: p.gen.QualifiedName, Sharing: n.sharing}
 	gpus.Health = n.newTracker(gpus, prev)
 	for _, f := range n.onPublish {
 		f(gpus)

@@ -436,13 +436,13 @@ func TestSharingReachesSpecAndPlugin(t *testing.T) {
 // MPS sharing on a driver root without NVIDIA's MPS binaries ends the node
 // with the package to install, before any GPU is published.
 func TestMPSWithoutTheControlProgram(t *testing.T) {
-	cfg := config(t)
+	cfg := config(t, "--mps-dir="+t.TempDir())
 	c, err := sharing.Parse([]byte("version: v1\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := false
-	res := run(t, New(cfg, quietLog(), WithSharing(c), WithMPSDir(t.TempDir(), "")), func(ctx context.Context, g GPUs) error {
+	res := run(t, New(cfg, quietLog(), WithSharing(c)), func(ctx context.Context, g GPUs) error {
 		served = true
 		return nil
 	})

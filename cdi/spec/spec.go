@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -277,14 +278,28 @@ func (g *Generator) share(e *specs.ContainerEdits, ann map[string]string, uuid s
 		return
 	}
 	ann[contract.MPSPipeDirAnnotation] = share.PipeDir
-	e.Env = append(e.Env, "CUDA_MPS_PIPE_DIRECTORY="+share.PipeDir, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+strconv.Itoa(share.ActiveThreadPercentage))
+	c := MPSClientEdits(share, 1)
+	e.Env = append(e.Env, c.Env...)
+	e.Mounts = append(e.Mounts, c.Mounts...)
+}
+
+// MPSClientEdits make a container a client of the MPS daemon share names,
+// which serves devices devices (CUDA's 0..devices-1): its pipe directory
+// and the daemons' /dev/shm mounted, its limits in MPS's client env.
+func MPSClientEdits(share MPSShare, devices int) specs.ContainerEdits {
+	e := specs.ContainerEdits{Env: []string{"CUDA_MPS_PIPE_DIRECTORY=" + share.PipeDir, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" + strconv.Itoa(share.ActiveThreadPercentage)}}
 	if share.PinnedMemoryMiB > 0 {
-		// Device 0: an MPS client container gets one shared device.
-		e.Env = append(e.Env, fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=%dM", share.PinnedMemoryMiB))
+		limits := make([]string, devices)
+		for i := range limits {
+			limits[i] = fmt.Sprintf("%d=%dM", i, share.PinnedMemoryMiB)
+		}
+		e.Env = append(e.Env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+strings.Join(limits, ","))
 	}
-	e.Mounts = append(e.Mounts,
-		&specs.Mount{HostPath: share.PipeDir, ContainerPath: share.PipeDir, Options: mpsOpts},
-		&specs.Mount{HostPath: share.ShmDir, ContainerPath: "/dev/shm", Options: mpsOpts})
+	e.Mounts = []*specs.Mount{
+		{HostPath: share.PipeDir, ContainerPath: share.PipeDir, Options: mpsOpts},
+		{HostPath: share.ShmDir, ContainerPath: "/dev/shm", Options: mpsOpts},
+	}
+	return e
 }
 
 func (g *Generator) deviceEdits(d gpu.Device) specs.ContainerEdits {

@@ -33,14 +33,20 @@ type Daemon struct {
 	// ID names the daemon's directory: the shared GPU's or MIG device's UUID.
 	ID string
 	// Visible is CUDA_VISIBLE_DEVICES for the daemon and its server: the
-	// GPU's or MIG device's UUID, so its clients reach that device only.
+	// shared GPUs' or MIG devices' UUIDs (comma list), so its clients reach
+	// those devices only.
 	Visible string
 	// ActiveThreadPercentage is each client's default share of the SMs
 	// (1..100).
 	ActiveThreadPercentage int
-	// PinnedMemoryMiB is each client's default device memory limit (0: none).
+	// PinnedMemoryMiB is each client's default memory limit on each of the
+	// daemon's devices (0: none).
 	PinnedMemoryMiB uint64
 }
+
+// Devices is how many devices the daemon's clients see: CUDA numbers them
+// 0..Devices-1 in Visible's order.
+func (d Daemon) Devices() int { return strings.Count(d.Visible, ",") + 1 }
 
 // Paths are a daemon's directories under the root; on the host they are
 // the same paths (the DaemonSet mounts the root at its host path).
@@ -345,9 +351,8 @@ func configure(ctx context.Context, prog Program, p Paths, d Daemon, timeout tim
 		}
 	}
 	cmds := []string{fmt.Sprintf("set_default_active_thread_percentage %d", d.ActiveThreadPercentage)}
-	if d.PinnedMemoryMiB > 0 {
-		// Device 0 is the daemon's one visible device.
-		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM", d.PinnedMemoryMiB))
+	for i := 0; d.PinnedMemoryMiB > 0 && i < d.Devices(); i++ {
+		cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %d %dM", i, d.PinnedMemoryMiB))
 	}
 	for _, c := range cmds {
 		if _, err := prog.Command(ctx, p.Pipe, c); err != nil {

@@ -75,6 +75,10 @@ type Config struct {
 	StateDir    string
 	MetricsAddr string
 	Log         logging.Flags
+	// MPSDir is where the node runs MPS control daemons (their pipe, log
+	// and shm directories); HostMPSDir is that directory on the host, which
+	// the CDI specs mount into their clients.
+	MPSDir, HostMPSDir string
 
 	mig, xids string
 }
@@ -114,6 +118,8 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", DefaultPodResourcesSocket, "kubelet's PodResources socket, polled every second: a GPU that a pod got through the other path (device plugin or DRA) is not handed out until that pod ends, and while the socket cannot be read no GPU is (fail closed); empty disables, leaving GPUs the other path holds unprotected")
 	fs.StringVar(&c.StateDir, "state-dir", d.StateDir, d.StateDirUsage)
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", d.MetricsAddr, "address of /metrics, /healthz and /readyz; empty disables")
+	fs.StringVar(&c.MPSDir, "mps-dir", contract.MPSDir, "directory of the MPS control daemons of GPUs shared through MPS")
+	fs.StringVar(&c.HostMPSDir, "host-mps-dir", "", "the --mps-dir directory's path on the host, which the CDI specs mount into MPS clients (default: --mps-dir)")
 	c.Log.Register(fs, logging.JSON)
 	// The seed's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("visible-devices", contract.EnvVisibleDevices)
@@ -127,6 +133,12 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 func (c *Config) Validate() []error {
 	var errs []error
 	var err error
+	c.HostMPSDir = cmp.Or(c.HostMPSDir, c.MPSDir)
+	for _, f := range [][2]string{{"mps-dir", c.MPSDir}, {"host-mps-dir", c.HostMPSDir}} {
+		if !filepath.IsAbs(f[1]) {
+			errs = append(errs, fmt.Errorf("--%s=%q is not an absolute path; give the directory for MPS daemons, such as %s", f[0], f[1], contract.MPSDir))
+		}
+	}
 	if c.Selector, err = gpuselect.Parse(c.VisibleDevices); err != nil {
 		errs = append(errs, fmt.Errorf("NVIDIA_VISIBLE_DEVICES / --visible-devices: %w", err))
 	}
@@ -187,7 +199,7 @@ func (c Config) Attrs() []any {
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
 		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "mig_rescan_interval", c.MIGRescan.String(), "on_nvml_error", c.OnNVMLError,
 		"resource_name", c.ResourceName, "pod_resources_socket", c.PodResourcesSocket, "state_dir", c.StateDir,
-		"metrics_addr", c.MetricsAddr,
+		"metrics_addr", c.MetricsAddr, "mps_dir", c.MPSDir, "host_mps_dir", c.HostMPSDir,
 	}
 }
 

@@ -41,10 +41,6 @@ type Config struct {
 	// optional).
 	SharingConfig string
 	Sharing       sharing.Config
-	// MPSDir is where the MPS control daemons of MPS-shared GPUs run
-	// (their pipe, log and shm directories); HostMPSDir is that directory
-	// on the host, which the CDI spec mounts into their clients.
-	MPSDir, HostMPSDir string
 }
 
 // KubeletSocket is the kubelet's registration socket.
@@ -56,7 +52,7 @@ func (c Config) Attrs() []any {
 		"kubelet_dir", c.KubeletDir, "plugin_socket", c.PluginSocket, "cdi_annotation_prefix", c.AnnotationPrefix,
 		"device_list_strategy", strings.Join(strategyNames(c.Strategies), ","), "device_id_strategy", string(c.IDStrategy),
 		"sharing_config", c.SharingConfig, "time_sliced_resources", len(c.Sharing.Sharing.TimeSlicing.Resources),
-		"mps_resources", len(c.Sharing.Sharing.MPS.Resources), "mps_dir", c.MPSDir, "host_mps_dir", c.HostMPSDir)
+		"mps_resources", len(c.Sharing.Sharing.MPS.Resources))
 }
 
 // Load parses args (without the program name), help to stdout and
@@ -81,8 +77,6 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&strategies, "device-list-strategy", strings.Join(strategyNames(contract.DefaultStrategies()), ","), "how Allocate passes CDI names: cdi-annotations, cdi-cri, nri (comma list)")
 	fs.StringVar(&idStrategy, "device-id-strategy", string(IDUUID), "device IDs kubelet sees: uuid or index")
 	fs.StringVar(&c.SharingConfig, "sharing-config", "", "sharing configuration file in NVIDIA's device plugin format (version: v1, sharing.timeSlicing or sharing.mps); absent file: no sharing")
-	fs.StringVar(&c.MPSDir, "mps-dir", contract.MPSDir, "directory of the MPS control daemons of GPUs shared through MPS")
-	fs.StringVar(&c.HostMPSDir, "host-mps-dir", "", "the --mps-dir directory's path on the host, which the CDI spec mounts into MPS clients (empty: the same as --mps-dir)")
 	// The seed's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("device-list-strategy", "DEVICE_LIST_STRATEGY")
 	cmd.Env("device-id-strategy", "DEVICE_ID_STRATEGY")
@@ -112,14 +106,6 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 			if c.Sharing, err = sharing.Parse(data); err != nil {
 				errs = append(errs, fmt.Errorf("--sharing-config=%s: %w", c.SharingConfig, err))
 			}
-		}
-	}
-	if c.HostMPSDir == "" {
-		c.HostMPSDir = c.MPSDir
-	}
-	for _, f := range [][2]string{{"mps-dir", c.MPSDir}, {"host-mps-dir", c.HostMPSDir}} {
-		if !filepath.IsAbs(f[1]) {
-			errs = append(errs, fmt.Errorf("--%s=%q is not an absolute path; give the directory for MPS daemons, such as %s", f[0], f[1], contract.MPSDir))
 		}
 	}
 	if c.PluginSocket == "" || c.PluginSocket == "kubelet.sock" || strings.ContainsRune(c.PluginSocket, '/') {

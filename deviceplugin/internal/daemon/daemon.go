@@ -74,7 +74,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 		d.id = devices.ByIndex
 	}
 	d.node = gpunode.New(cfg.Config, log, append([]gpunode.Option{
-		gpunode.WithReady(d.protocolReady), gpunode.WithSharing(cfg.Sharing), gpunode.WithMPSDir(cfg.MPSDir, cfg.HostMPSDir),
+		gpunode.WithReady(d.protocolReady), gpunode.WithSharing(cfg.Sharing),
 		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
 			Events: contract.MetricHealthEvents, Healthy: contract.MetricDeviceHealthy,
 			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy.", DeviceLabel: "device_id", DeviceID: func(g gpu.Device) string { return d.id(gpuselect.Unit{GPU: g}) },

@@ -54,6 +54,15 @@ type Device struct {
 	// GpuConfig); empty for a device the claim holds alone. Absent in
 	// checkpoints written before sharing, which read as unshared.
 	Sharing string `json:"sharing,omitempty"`
+	// MPS are the limits of the claim's MPS daemon (strategy MPS), kept so
+	// a restarted nvinject-dra runs the daemon again as it was.
+	MPS *MPSLimits `json:"mps,omitempty"`
+}
+
+// MPSLimits are an MPS daemon's default client limits.
+type MPSLimits struct {
+	ActiveThreadPercentage int    `json:"activeThreadPercentage"`
+	PinnedMemoryMiB        uint64 `json:"pinnedMemoryMiB,omitempty"`
 }
 
 // Claim is one prepared ResourceClaim.

@@ -22,9 +22,6 @@ import (
 	"github.com/nvinject/nvinject/shared/durable"
 )
 
-// ErrMPS refuses a claim shared by MPS until nvinject-dra runs MPS daemons.
-var ErrMPS = errors.New("MPS on the DRA path is not served yet by this nvinject-dra; use strategy TimeSlicing or the device plugin's MPS")
-
 // Dir is the spec dir the per-claim specs go to.
 type Dir struct {
 	dir, vendor string
@@ -45,14 +42,12 @@ func (d Dir) prefix() string {
 func (d Dir) path(uid string) string { return filepath.Join(d.dir, d.prefix()+uid+".json") }
 
 // Edits are what each container of a claim shared by s gets from the
-// claim's own device: the claim's UID in its environment (MPS would add
-// its daemon's pipe directory here).
+// claim's own device whatever the strategy: the claim's UID in its
+// environment (the driver adds an MPS daemon's pipe directory).
 func Edits(uid string, s claimconfig.Strategy) (specs.ContainerEdits, error) {
 	switch s {
-	case claimconfig.TimeSlicing:
+	case claimconfig.TimeSlicing, claimconfig.MPS:
 		return specs.ContainerEdits{Env: []string{contract.EnvSharedClaim + "=" + uid}}, nil
-	case claimconfig.MPS:
-		return specs.ContainerEdits{}, ErrMPS
 	}
 	return specs.ContainerEdits{}, fmt.Errorf("sharing strategy %s is not served; use %s", contract.Quote(string(s)), claimconfig.TimeSlicing)
 }

@@ -1,7 +1,6 @@
 package claimspec
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +39,10 @@ func TestWriteRemoveEdits(t *testing.T) {
 	if err := d.Remove("u1"); err != nil {
 		t.Errorf("second remove: %v", err)
 	}
-	if _, err := Edits("u1", claimconfig.MPS); !errors.Is(err, ErrMPS) {
-		t.Errorf("MPS edits: err = %v, want ErrMPS", err)
+	if e, err := Edits("u1", claimconfig.MPS); err != nil || len(e.Env) != 1 {
+		t.Errorf("MPS edits %+v, %v; want the claim's UID (the driver adds the daemon's)", e, err)
+	}
+	if _, err := Edits("u1", "Other"); err == nil {
+		t.Error("an unknown strategy has edits")
 	}
 }

@@ -85,7 +85,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 		o(d)
 	}
 	d.node = gpunode.New(cfg.Config, log, append([]gpunode.Option{
-		gpunode.WithReady(d.ready.Ready),
+		gpunode.WithReady(d.ready.Ready), gpunode.WithClaimMPS(),
 		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
 			Events: contract.MetricDRAHealthEvents, Healthy: contract.MetricDRADeviceHealthy,
 			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy (tainted).", DeviceLabel: "device",
@@ -128,8 +128,7 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	}
 	defer state.Close()
 	fatal := make(chan error, 1)
-	drv, err := driver.New(d.cfg.NodeName, gpus.Node, gpus.Published, gpus.CDIName, gpus.Health, state,
-		driver.WithLogger(d.log), driver.WithMetrics(m), driver.WithHealthTiming(d.resend, d.lease),
+	opts := []driver.Option{driver.WithLogger(d.log), driver.WithMetrics(m), driver.WithHealthTiming(d.resend, d.lease),
 		driver.WithClaimLookup(kubeapi.Claims(client)),
 		driver.WithClaimSpecs(claimspec.New(d.cfg.CDISpecDir, d.cfg.CDIVendor)),
 		driver.WithFatal(func(err error) {
@@ -137,7 +136,11 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 			case fatal <- err:
 			default:
 			}
-		}))
+		})}
+	if gpus.MPS != nil {
+		opts = append(opts, driver.WithMPS(gpus.MPS))
+	}
+	drv, err := driver.New(d.cfg.NodeName, gpus.Node, gpus.Published, gpus.CDIName, gpus.Health, state, opts...)
 	if err != nil {
 		return err
 	}

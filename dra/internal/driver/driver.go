@@ -23,6 +23,7 @@ import (
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/dra/internal/claimspec"
 	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/mps"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 )
@@ -105,6 +106,8 @@ type Driver struct {
 	lookup      ClaimLookup
 	// claimSpecs holds shared claims' own CDI specs; nil refuses sharing.
 	claimSpecs *claimspec.Dir
+	// mps runs the MPS daemons of claims shared by MPS; nil refuses MPS.
+	mps MPSDaemons
 
 	// unhealthySince keeps each Unhealthy GPU's first Unhealthy time, so a
 	// republished taint keeps its timeAdded.
@@ -152,6 +155,18 @@ func WithClaimLookup(f ClaimLookup) Option { return func(d *Driver) { d.lookup =
 // removes the per-claim specs of claims the checkpoint no longer holds and
 // writes those of the claims it does.
 func WithClaimSpecs(dir claimspec.Dir) Option { return func(d *Driver) { d.claimSpecs = &dir } }
+
+// MPSDaemons runs MPS control daemons (gpunode's ClaimMPS).
+type MPSDaemons interface {
+	// Sync runs exactly ds; an error says why none can run.
+	Sync(ds []mps.Daemon) error
+	// Client is the host paths a client of daemon id mounts: its pipe
+	// directory and the daemons' shared memory.
+	Client(id string) (pipe, shm string)
+}
+
+// WithMPS runs the MPS daemons of claims whose GpuConfig shares by MPS.
+func WithMPS(m MPSDaemons) Option { return func(d *Driver) { d.mps = m } }
 
 // WithFatal is called with background errors the driver cannot recover
 // from (the daemon cancels its context).

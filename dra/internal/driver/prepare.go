@@ -93,6 +93,7 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 		cp.Devices = append(cp.Devices, checkpoint.Device{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: dev.Name, UUID: dev.ID(),
 			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin, Sharing: string(configs[r.Request].Strategy()),
+			MPS: mpsLimits(configs[r.Request]),
 		})
 	}
 	if err := d.share(&cp); err != nil {
@@ -162,7 +163,10 @@ func (d *Driver) unshare(uid string) error {
 	if d.claimSpecs == nil {
 		return nil
 	}
-	return d.claimSpecs.Remove(uid)
+	if err := d.claimSpecs.Remove(uid); err != nil {
+		return err
+	}
+	return d.syncMPS(func(c checkpoint.Claim) bool { return c.UID != uid }, nil)
 }
 
 func resultOf(c checkpoint.Claim) kubeletplugin.PrepareResult {

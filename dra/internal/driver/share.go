@@ -4,6 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvinject/nvinject/cdi/spec"
+	"github.com/nvinject/nvinject/gpunode/mps"
 
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/dra/internal/claimconfig"
@@ -44,9 +50,15 @@ func (d *Driver) share(cp *checkpoint.Claim) error {
 	if d.claimSpecs == nil {
 		return errors.New("its GpuConfig shares GPUs, and this nvinject-dra writes no per-claim CDI specs; remove the claim's sharing config")
 	}
-	edits, err := claimspec.Edits(cp.UID, s)
+	edits, err := d.claimEdits(*cp, uuids, s)
 	if err != nil {
 		return err
+	}
+	if s == claimconfig.MPS {
+		// The claim's daemon runs before any container can be given it.
+		if err := d.syncMPS(func(c checkpoint.Claim) bool { return c.UID != cp.UID }, cp); err != nil {
+			return err
+		}
 	}
 	if err := d.claimSpecs.Write(cp.UID, uuids, edits); err != nil {
 		return err
@@ -81,12 +93,15 @@ func (d *Driver) restoreClaimSpecs() error {
 	if len(removed) > 0 {
 		d.log.Info("removed the CDI specs of shared claims no longer prepared", "claim_uids", removed)
 	}
+	if err := d.syncMPS(func(checkpoint.Claim) bool { return true }, nil); err != nil {
+		d.log.Error("the MPS daemons of prepared claims cannot run; their containers cannot start CUDA", "error", err)
+	}
 	for _, c := range d.state.All() {
 		uuids, s, err := sharedOf(c)
 		if err != nil || s == "" {
 			continue
 		}
-		edits, err := claimspec.Edits(c.UID, s)
+		edits, err := d.claimEdits(c, uuids, s)
 		if err != nil {
 			return fmt.Errorf("restore the CDI spec of shared ResourceClaim %s: %w", c, err)
 		}
@@ -95,4 +110,77 @@ func (d *Driver) restoreClaimSpecs() error {
 		}
 	}
 	return nil
+}
+
+// mpsLimits are the MPS daemon limits a request's GpuConfig asks for: all
+// the SMs and no memory limit unless it says otherwise.
+func mpsLimits(c *claimconfig.GpuConfig) *checkpoint.MPSLimits {
+	if c.Strategy() != claimconfig.MPS {
+		return nil
+	}
+	l := &checkpoint.MPSLimits{ActiveThreadPercentage: 100}
+	if m := c.Sharing.MpsConfig; m != nil {
+		if m.DefaultActiveThreadPercentage != nil {
+			l.ActiveThreadPercentage = *m.DefaultActiveThreadPercentage
+		}
+		if m.DefaultPinnedDeviceMemoryLimit != nil {
+			l.PinnedMemoryMiB = uint64(m.DefaultPinnedDeviceMemoryLimit.Value()) >> 20
+		}
+	}
+	return l
+}
+
+// daemonOf is claim c's MPS daemon, if c shares through MPS: one daemon per
+// claim over the claim's shared devices, named by the claim's UID.
+func daemonOf(c checkpoint.Claim) (mps.Daemon, bool) {
+	var visible []string
+	var l *checkpoint.MPSLimits
+	for _, dev := range c.Devices {
+		if dev.MPS != nil {
+			visible, l = append(visible, dev.UUID), dev.MPS
+		}
+	}
+	if l == nil {
+		return mps.Daemon{}, false
+	}
+	return mps.Daemon{ID: c.UID, Visible: strings.Join(visible, ","), ActiveThreadPercentage: l.ActiveThreadPercentage, PinnedMemoryMiB: l.PinnedMemoryMiB}, true
+}
+
+// syncMPS runs the MPS daemons of the prepared claims keep selects, and of
+// extra (a claim being prepared).
+func (d *Driver) syncMPS(keep func(checkpoint.Claim) bool, extra *checkpoint.Claim) error {
+	if d.mps == nil {
+		return nil
+	}
+	var ds []mps.Daemon
+	for _, c := range d.state.All() {
+		if dm, ok := daemonOf(c); ok && keep(c) {
+			ds = append(ds, dm)
+		}
+	}
+	if extra != nil {
+		if dm, ok := daemonOf(*extra); ok {
+			ds = append(ds, dm)
+		}
+	}
+	return d.mps.Sync(ds)
+}
+
+// claimEdits are what each container of claim c, sharing uuids by s, gets
+// from the claim's own device: the claim's UID, and under MPS its daemon's
+// pipe dir, the daemons' /dev/shm and the limits.
+func (d *Driver) claimEdits(c checkpoint.Claim, uuids []string, s claimconfig.Strategy) (specs.ContainerEdits, error) {
+	edits, err := claimspec.Edits(c.UID, s)
+	if err != nil || s != claimconfig.MPS {
+		return edits, err
+	}
+	dm, ok := daemonOf(c)
+	if d.mps == nil || !ok {
+		return specs.ContainerEdits{}, errors.New("its GpuConfig shares by MPS, and this nvinject-dra runs no MPS daemons; use strategy TimeSlicing")
+	}
+	pipe, shm := d.mps.Client(c.UID)
+	m := spec.MPSClientEdits(spec.MPSShare{PipeDir: pipe, ShmDir: shm, ActiveThreadPercentage: dm.ActiveThreadPercentage, PinnedMemoryMiB: dm.PinnedMemoryMiB}, len(uuids))
+	edits.Env = append(edits.Env, m.Env...)
+	edits.Mounts = append(edits.Mounts, m.Mounts...)
+	return edits, nil
 }

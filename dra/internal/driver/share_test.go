@@ -19,6 +19,7 @@ import (
 	"github.com/nvinject/nvinject/dra/internal/claimspec"
 	"github.com/nvinject/nvinject/dra/internal/driver"
 	"github.com/nvinject/nvinject/gpunode/health"
+	gpumps "github.com/nvinject/nvinject/gpunode/mps"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -160,8 +161,9 @@ func TestRestartCleansOrphanedClaimSpecs(t *testing.T) {
 	}
 }
 
-// MPS is parsed and validated, then refused with what to use instead; a
-// bad config is refused naming the claim and the field; no file is left.
+// MPS on a driver that runs no MPS daemons is refused with what to use
+// instead; a bad config is refused naming the claim and the field; no file
+// is left.
 func TestPrepareRefusesMPSAndBadConfig(t *testing.T) {
 	specDir := t.TempDir()
 	d := newSharingDriver(t, t.TempDir(), specDir)
@@ -170,7 +172,7 @@ func TestPrepareRefusesMPSAndBadConfig(t *testing.T) {
 		params string
 		want   []string
 	}{
-		{"MPS", mps, []string{"ResourceClaim default/c", "MPS on the DRA path is not served yet by this nvinject-dra; use strategy TimeSlicing or the device plugin's MPS"}},
+		{"MPS without daemons", mps, []string{"ResourceClaim default/c", "runs no MPS daemons; use strategy TimeSlicing"}},
 		{"MPS out of range", strings.Replace(mps, "50", "0", 1), []string{"ResourceClaim default/c", "defaultActiveThreadPercentage 0"}},
 		{"interval", strings.Replace(timeSlicing, "Default", "Short", 1), []string{"ResourceClaim default/c", "does not set the compute time-slice yet"}},
 		{"unknown field", strings.Replace(timeSlicing, `"strategy"`, `"replicas":2,"strategy"`, 1), []string{"unknown field", "replicas"}},
@@ -214,7 +216,7 @@ func TestPrepareConfigPrecedence(t *testing.T) {
 	}
 	// The class's MPS alone applies: refused.
 	c2 := withConfig(claim("uid-q", "q", result("node-a", "gpu-0")), resourceapi.AllocationConfigSourceClass, contract.DRADriver, mps)
-	if res := prepare(t, d, c2); res.Err == nil || !strings.Contains(res.Err.Error(), "MPS on the DRA path") {
+	if res := prepare(t, d, c2); res.Err == nil || !strings.Contains(res.Err.Error(), "shares by MPS, and this nvinject-dra runs no MPS daemons") {
 		t.Errorf("class MPS: err = %v, want the MPS refusal", res.Err)
 	}
 }
@@ -241,5 +243,90 @@ func TestOldCheckpointRestoresUnshared(t *testing.T) {
 	}
 	if files := claimSpecFiles(t, specDir); len(files) != 0 {
 		t.Errorf("per-claim spec files %v for an old, unshared claim", files)
+	}
+}
+
+// fakeMPS records the daemons the driver wants; fail refuses them.
+type fakeMPS struct {
+	synced [][]gpumps.Daemon
+	fail   error
+}
+
+func (f *fakeMPS) Sync(ds []gpumps.Daemon) error {
+	if f.fail != nil && len(ds) > 0 {
+		return f.fail
+	}
+	f.synced = append(f.synced, ds)
+	return nil
+}
+
+func (f *fakeMPS) Client(id string) (string, string) {
+	return "/run/mps/" + id + "/pipe", "/run/mps/shm"
+}
+
+func (f *fakeMPS) last() []gpumps.Daemon { return f.synced[len(f.synced)-1] }
+
+// A claim shared by MPS gets one daemon over its GPU with the GpuConfig's
+// limits before the answer leaves; its own CDI device makes its containers
+// clients (pipe dir, /dev/shm, limits); unprepare stops the daemon; a
+// restarted driver runs the checkpointed claim's daemon again; a daemon
+// that cannot run refuses the claim and leaves no file.
+func TestPrepareMPSClaimRunsItsDaemon(t *testing.T) {
+	stateDir, specDir := t.TempDir(), t.TempDir()
+	open := func(m *fakeMPS) *driver.Driver {
+		t.Helper()
+		h := &fakeHealth{states: []health.State{{UUID: "GPU-aaa", Healthy: true}, {UUID: "GPU-bbb", Healthy: true}}}
+		st, err := checkpoint.Open(stateDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		d, err := driver.New("node-a", node, node.Devices, cdiName, h, st, driver.WithClaimSpecs(claimspec.New(specDir, "nvidia.com")), driver.WithMPS(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	m := &fakeMPS{}
+	d := open(m)
+	want := gpumps.Daemon{ID: "uid-mps", Visible: "GPU-bbb", ActiveThreadPercentage: 50, PinnedMemoryMiB: 10240}
+	c := withConfig(claim("uid-mps", "c", result("node-a", "gpu-1")), resourceapi.AllocationConfigSourceClaim, contract.DRADriver, mps)
+	if res := prepare(t, d, c); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if got := m.last(); !reflect.DeepEqual(got, []gpumps.Daemon{want}) {
+		t.Errorf("daemons %+v, want %+v", got, want)
+	}
+	data, err := os.ReadFile(filepath.Join(specDir, "nvidia.com-claim_uid-mps.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"CUDA_MPS_PIPE_DIRECTORY=/run/mps/uid-mps/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M", `"containerPath":"/dev/shm"`, contract.EnvSharedClaim + "=uid-mps"} {
+		if !strings.Contains(string(data), w) {
+			t.Errorf("claim spec lacks %s:\n%s", w, data)
+		}
+	}
+
+	m2 := &fakeMPS{}
+	open(m2)
+	if len(m2.synced) == 0 || !reflect.DeepEqual(m2.last(), []gpumps.Daemon{want}) {
+		t.Errorf("restarted driver's daemons %+v, want the checkpointed %+v", m2.synced, want)
+	}
+
+	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.last(); len(got) != 0 {
+		t.Errorf("daemons after unprepare %+v, want none", got)
+	}
+
+	bad := &fakeMPS{fail: os.ErrNotExist}
+	d3 := open(bad)
+	c2 := withConfig(claim("uid-mps-2", "c2", result("node-a", "gpu-1")), resourceapi.AllocationConfigSourceClaim, contract.DRADriver, mps)
+	if res := prepare(t, d3, c2); res.Err == nil || !strings.Contains(res.Err.Error(), "ResourceClaim default/c2") {
+		t.Errorf("prepare with a daemon that cannot run: %+v", res)
+	}
+	if files := claimSpecFiles(t, specDir); len(files) != 0 {
+		t.Errorf("per-claim spec files %v after a refusal", files)
 	}
 }
