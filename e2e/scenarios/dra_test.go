@@ -19,6 +19,7 @@ import (
 
 	"github.com/nvinject/nvinject/doctor"
 	"github.com/nvinject/nvinject/e2e/simnode"
+	"github.com/nvinject/nvinject/gpunode/mps"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -141,9 +142,9 @@ func TestDRA(t *testing.T) {
 	})
 
 	t.Run("two pods share one claim by its GpuConfig (time-slicing)", func(t *testing.T) {
-		claim := createSharedClaim(t, ctx)
+		claim := createSharedClaim(t, ctx, "", "")
 		for _, n := range []string{"dra-shared-a", "dra-shared-b"} {
-			createClaimPod(t, ctx, n, claim.Name)
+			createClaimPod(t, ctx, n, claim.Name, simnode.BusyboxImage)
 		}
 		for _, n := range []string{"dra-shared-a", "dra-shared-b"} {
 			waitPod(t, ctx, n, 2*time.Minute, "Running", running)
@@ -161,6 +162,41 @@ func TestDRA(t *testing.T) {
 		waitPod(t, ctx, "dra-unshared", time.Minute, "Unschedulable", unschedulable)
 		t.Logf("FIGURE DRA sharing: 2 pods Running on claim %s (TimeSlicing) on %s, a pod of another claim Unschedulable", claim.Name, dep.UUID)
 		for _, n := range []string{"dra-unshared", "dra-shared-a", "dra-shared-b"} {
+			deletePod(t, n)
+		}
+	})
+
+	t.Run("two pods share one claim through its MPS daemon", func(t *testing.T) {
+		if !driver.Real() {
+			t.Skip("MPS runs NVIDIA's real control daemon: " + driver.String())
+		}
+		claim := createSharedClaim(t, ctx, "shared-mps", `{"apiVersion":"gpu.nvinject.io/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":50,"defaultPinnedDeviceMemoryLimit":"20Gi"}}}`)
+		names := []string{"dra-mps-a", "dra-mps-b"}
+		for _, n := range names {
+			createClaimPod(t, ctx, n, claim.Name, simnode.VLLMImage)
+		}
+		for _, n := range names {
+			waitPod(t, ctx, n, 2*time.Minute, "Running", running)
+			if got := containerGPUs(t, ctx, n); !slices.Equal(got, []string{dep.UUID}) {
+				t.Errorf("pod %s sees %v, want exactly the claim's GPU %s", n, got, dep.UUID)
+			}
+			out, err := d.Kube().Exec(ctx, ns, n, "", "/bin/sh", "-c",
+				`env | grep '^CUDA_MPS_' | sort; echo get_default_active_thread_percentage | nvidia-cuda-mps-control; echo get_default_device_pinned_mem_limit 0 | nvidia-cuda-mps-control`)
+			if err != nil {
+				t.Fatalf("MPS client in %s: %v", n, err)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			for _, e := range []string{"CUDA_MPS_PIPE_DIRECTORY=" + mps.PathsOf(d.MPSDir(), string(claim.UID)).Pipe, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=20480M"} {
+				if !slices.Contains(lines, e) {
+					t.Errorf("pod %s lacks %s:\n%s", n, e, out)
+				}
+			}
+			if len(lines) < 2 || lines[len(lines)-2] != "50.0" || lines[len(lines)-1] != "20G" {
+				t.Errorf("pod %s: the claim's MPS daemon answered %q, want 50.0 and 20G", n, lines)
+			}
+		}
+		t.Logf("FIGURE DRA MPS: 2 pods of claim %s on %s, clients of NVIDIA's real MPS control daemon for the claim (50%% threads, 20G pinned)", claim.Name, dep.UUID)
+		for _, n := range names {
 			deletePod(t, n)
 		}
 	})
@@ -361,8 +397,9 @@ func createDRAPod(t testing.TB, ctx context.Context, name string, s podSpec, cla
 
 // createSharedClaim creates the example shared ResourceClaim (one GPU,
 // TimeSlicing by opaque GpuConfig) from deploy/examples/dra, deleted when
-// t ends.
-func createSharedClaim(t testing.TB, ctx context.Context) *resourceapi.ResourceClaim {
+// t ends; name and params (the GpuConfig's JSON), when set, replace the
+// example's.
+func createSharedClaim(t testing.TB, ctx context.Context, name, params string) *resourceapi.ResourceClaim {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "examples", "dra", "shared-gpu-claim.yaml"))
 	if err != nil {
@@ -373,6 +410,12 @@ func createSharedClaim(t testing.TB, ctx context.Context) *resourceapi.ResourceC
 		t.Fatal(err)
 	}
 	c.Namespace = ns
+	if name != "" {
+		c.Name = name
+	}
+	if params != "" {
+		c.Spec.Devices.Config[0].Opaque.Parameters.Raw = []byte(params)
+	}
 	got, err := need(t).Kube().Client.ResourceV1().ResourceClaims(ns).Create(ctx, &c, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +428,7 @@ func createSharedClaim(t testing.TB, ctx context.Context) *resourceapi.ResourceC
 
 // createClaimPod creates a sleeping nvidia pod whose GPU is the existing
 // ResourceClaim claim, shared with the other pods that name it.
-func createClaimPod(t testing.TB, ctx context.Context, name, claim string) {
+func createClaimPod(t testing.TB, ctx context.Context, name, claim, image string) {
 	t.Helper()
 	rc := contract.RuntimeHandler
 	pod := &corev1.Pod{
@@ -396,7 +439,7 @@ func createClaimPod(t testing.TB, ctx context.Context, name, claim string) {
 			RuntimeClassName:              &rc,
 			ResourceClaims:                []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}},
 			Containers: []corev1.Container{{
-				Name: "main", Image: simnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Name: "main", Image: image, ImagePullPolicy: corev1.PullNever,
 				Command:   sleeper,
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
 			}},

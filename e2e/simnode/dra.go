@@ -88,8 +88,14 @@ patches:
       - {op: replace, path: /spec/template/spec/volumes/2/hostPath, value: {path: %s, type: DirectoryOrCreate}}
       - {op: test, path: /spec/template/spec/volumes/6/name, value: pod-resources}
       - {op: replace, path: /spec/template/spec/volumes/6/hostPath, value: {path: %s, type: Directory}}
+      - {op: test, path: /spec/template/spec/volumes/7/name, value: mps}
+      - {op: replace, path: /spec/template/spec/volumes/7/hostPath, value: {path: %s, type: DirectoryOrCreate}}
+      - {op: test, path: /spec/template/spec/volumes/8/name, value: mps-shm}
+      - {op: replace, path: /spec/template/spec/volumes/8/hostPath, value: {path: %s/shm, type: DirectoryOrCreate}}
+      - {op: test, path: /spec/template/spec/containers/0/args/12, value: "--host-mps-dir=%s"}
+      - {op: replace, path: /spec/template/spec/containers/0/args/12, value: "--host-mps-dir=%s"}
 `, d.node.Name(), contract.DRAModeLabel, contract.DRAModeDRA, base, comp, DRADaemonSet,
-		reg, plugins, reg, plugins, reg, plugins, d.node.CDIDir(), d.node.PodResourcesDir())
+		reg, plugins, reg, plugins, reg, plugins, d.node.CDIDir(), d.node.PodResourcesDir(), d.MPSDir(), d.MPSDir(), contract.MPSDir, d.MPSDir())
 	if dep.NVML != DefaultNVML {
 		// The same simulated inventory as the device plugin's (writeKustomization).
 		// Quoted: a MIG layout's commas would end a flow value.
