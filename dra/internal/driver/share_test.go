@@ -24,7 +24,7 @@ import (
 )
 
 // newSharingDriver is newDriver with per-claim CDI specs in specDir.
-func newSharingDriver(t *testing.T, stateDir, specDir string) *driver.Driver {
+func newSharingDriver(t *testing.T, stateDir, specDir string, opts ...driver.Option) *driver.Driver {
 	t.Helper()
 	h := &fakeHealth{states: []health.State{{UUID: "GPU-aaa", Healthy: true}, {UUID: "GPU-bbb", Healthy: true}}}
 	st, err := checkpoint.Open(stateDir)
@@ -32,7 +32,7 @@ func newSharingDriver(t *testing.T, stateDir, specDir string) *driver.Driver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	d, err := driver.New("node-a", node, node.Devices, cdiName, h, st, driver.WithClaimSpecs(claimspec.New(specDir, "nvidia.com")))
+	d, err := driver.New("node-a", node, node.Devices, cdiName, h, st, append([]driver.Option{driver.WithClaimSpecs(claimspec.New(specDir, "nvidia.com"))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,20 +273,7 @@ func (f *fakeMPS) last() []gpumps.Daemon { return f.synced[len(f.synced)-1] }
 // that cannot run refuses the claim and leaves no file.
 func TestPrepareMPSClaimRunsItsDaemon(t *testing.T) {
 	stateDir, specDir := t.TempDir(), t.TempDir()
-	open := func(m *fakeMPS) *driver.Driver {
-		t.Helper()
-		h := &fakeHealth{states: []health.State{{UUID: "GPU-aaa", Healthy: true}, {UUID: "GPU-bbb", Healthy: true}}}
-		st, err := checkpoint.Open(stateDir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		d, err := driver.New("node-a", node, node.Devices, cdiName, h, st, driver.WithClaimSpecs(claimspec.New(specDir, "nvidia.com")), driver.WithMPS(m))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	open := func(m *fakeMPS) *driver.Driver { return newSharingDriver(t, stateDir, specDir, driver.WithMPS(m)) }
 	m := &fakeMPS{}
 	d := open(m)
 	want := gpumps.Daemon{ID: "uid-mps", Visible: "GPU-bbb", ActiveThreadPercentage: 50, PinnedMemoryMiB: 10240}
