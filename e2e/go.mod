@@ -27,8 +27,6 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/tetratelabs/wazero v1.10.1 // indirect
-	go.opentelemetry.io/otel/metric v1.44.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.44.0 // indirect
 )
 
 require (
@@ -61,6 +59,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nvinject/nvinject/deploy v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/doctor v0.0.0-00010101000000-000000000000
+	github.com/nvinject/nvinject/gpunode v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/shared v0.0.0-00010101000000-000000000000
 	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
@@ -87,7 +86,9 @@ require (
 )
 
 replace (
+	github.com/nvinject/nvinject/cdi => ../cdi
 	github.com/nvinject/nvinject/deploy => ../deploy
 	github.com/nvinject/nvinject/doctor => ../doctor
+	github.com/nvinject/nvinject/gpunode => ../gpunode
 	github.com/nvinject/nvinject/shared => ../shared
 )
