@@ -3,9 +3,9 @@ package simnode
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
+	"github.com/nvinject/nvinject/e2e/internal/simdev"
 	"github.com/nvinject/nvinject/e2e/nvctk"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -40,21 +40,7 @@ func MIGHostDevices(ctx context.Context, nvml string) ([]hostclean.CharDevice, e
 	if err != nil {
 		return nil, err
 	}
-	var devs []hostclean.CharDevice
-	add := func(n gpu.DeviceNode) {
-		if n.Path != "" && !slices.ContainsFunc(devs, func(d hostclean.CharDevice) bool { return d.Path == n.Path }) {
-			devs = append(devs, hostclean.CharDevice{Path: n.Path, Major: uint32(n.Major), Minor: uint32(n.Minor)})
-		}
-	}
-	add(node.MIGConfig)
-	add(node.MIGMonitor)
-	for _, d := range node.Devices {
-		for _, m := range d.MIG {
-			add(m.GIAccess)
-			add(m.CIAccess)
-		}
-	}
-	return devs, nil
+	return simdev.MIGNodes(node, "/"), nil
 }
 
 // SimulatedGPUs is what the daemons' simulated NVML discovers for nvml: the
