@@ -3,6 +3,9 @@ package simnode
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
 
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
 	"github.com/nvinject/nvinject/e2e/internal/simdev"
@@ -56,4 +59,38 @@ func SimulatedGPUs(ctx context.Context, nvml string) (gpu.Node, error) {
 		return gpu.Node{}, fmt.Errorf("discover the SIMULATED node %s: %w", nvml, err)
 	}
 	return node, nil
+}
+
+// ChangeMIG creates GPU instances of profiles, each with its full compute
+// instance, on simulated GPU gpu of the deployed node nvml while nvinject
+// runs, as an operator does with nvidia-smi: bin/nvinject-sim-mig mig -cgi
+// ... -C writes the driver root's SIMULATED MIG state, which every daemon
+// follows, and gives the host the new caps nodes, recorded for Down. It
+// returns the command's output, which names the new MIG UUIDs.
+func (d *Deployer) ChangeMIG(ctx context.Context, nvml string, gpu int, profiles ...string) (string, error) {
+	return d.simMIG(ctx, nvml, "-cgi", strings.Join(profiles, ","), "-C", "-i", strconv.Itoa(gpu))
+}
+
+// DestroyMIG destroys GPU instances gis (all without any) of simulated GPU
+// gpu with their compute instances, as nvidia-smi mig -dci -dgi does; one
+// a process holds is refused (In use by another client).
+func (d *Deployer) DestroyMIG(ctx context.Context, nvml string, gpu int, gis ...int) (string, error) {
+	args := []string{"-dci", "-dgi", "-i", strconv.Itoa(gpu)}
+	if len(gis) > 0 {
+		ids := make([]string, len(gis))
+		for i, g := range gis {
+			ids[i] = strconv.Itoa(g)
+		}
+		args = append(args, "-gi", strings.Join(ids, ","))
+	}
+	return d.simMIG(ctx, nvml, args...)
+}
+
+func (d *Deployer) simMIG(ctx context.Context, nvml string, mig ...string) (string, error) {
+	argv := append([]string{"--driver-root=" + DriverRoot, "--nvml=" + nvml, "--record=" + d.node.HostDevicesRecord(), "mig"}, mig...)
+	out, err := exec.CommandContext(ctx, d.Bin("nvinject-sim-mig"), argv...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("nvinject-sim-mig %s: %w: %s", strings.Join(argv, " "), err, out)
+	}
+	return string(out), nil
 }
