@@ -39,3 +39,8 @@ func (n *Node) Restart(ctx context.Context, component string) error {
 func (n *Node) SetHostDevices(devs []hostclean.CharDevice) error {
 	return hostclean.EnsureDevices(n.layout.hostDevices(), devs)
 }
+
+// HostDevicesRecord is the file listing the host device nodes the node
+// created; equipment that creates more at runtime (nvinject-sim-mig's
+// --record) adds them there, so Down removes them too.
+func (n *Node) HostDevicesRecord() string { return n.layout.hostDevices() }

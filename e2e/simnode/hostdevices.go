@@ -3,9 +3,12 @@ package simnode
 import (
 	"context"
 	"fmt"
-	"slices"
+	"os/exec"
+	"strconv"
+	"strings"
 
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
+	"github.com/nvinject/nvinject/e2e/internal/simdev"
 	"github.com/nvinject/nvinject/e2e/nvctk"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -40,21 +43,7 @@ func MIGHostDevices(ctx context.Context, nvml string) ([]hostclean.CharDevice, e
 	if err != nil {
 		return nil, err
 	}
-	var devs []hostclean.CharDevice
-	add := func(n gpu.DeviceNode) {
-		if n.Path != "" && !slices.ContainsFunc(devs, func(d hostclean.CharDevice) bool { return d.Path == n.Path }) {
-			devs = append(devs, hostclean.CharDevice{Path: n.Path, Major: uint32(n.Major), Minor: uint32(n.Minor)})
-		}
-	}
-	add(node.MIGConfig)
-	add(node.MIGMonitor)
-	for _, d := range node.Devices {
-		for _, m := range d.MIG {
-			add(m.GIAccess)
-			add(m.CIAccess)
-		}
-	}
-	return devs, nil
+	return simdev.MIGNodes(node, "/"), nil
 }
 
 // SimulatedGPUs is what the daemons' simulated NVML discovers for nvml: the
@@ -70,4 +59,38 @@ func SimulatedGPUs(ctx context.Context, nvml string) (gpu.Node, error) {
 		return gpu.Node{}, fmt.Errorf("discover the SIMULATED node %s: %w", nvml, err)
 	}
 	return node, nil
+}
+
+// ChangeMIG creates GPU instances of profiles, each with its full compute
+// instance, on simulated GPU gpu of the deployed node nvml while nvinject
+// runs, as an operator does with nvidia-smi: bin/nvinject-sim-mig mig -cgi
+// ... -C writes the driver root's SIMULATED MIG state, which every daemon
+// follows, and gives the host the new caps nodes, recorded for Down. It
+// returns the command's output, which names the new MIG UUIDs.
+func (d *Deployer) ChangeMIG(ctx context.Context, nvml string, gpu int, profiles ...string) (string, error) {
+	return d.simMIG(ctx, nvml, "-cgi", strings.Join(profiles, ","), "-C", "-i", strconv.Itoa(gpu))
+}
+
+// DestroyMIG destroys GPU instances gis (all without any) of simulated GPU
+// gpu with their compute instances, as nvidia-smi mig -dci -dgi does; one
+// a process holds is refused (In use by another client).
+func (d *Deployer) DestroyMIG(ctx context.Context, nvml string, gpu int, gis ...int) (string, error) {
+	args := []string{"-dci", "-dgi", "-i", strconv.Itoa(gpu)}
+	if len(gis) > 0 {
+		ids := make([]string, len(gis))
+		for i, g := range gis {
+			ids[i] = strconv.Itoa(g)
+		}
+		args = append(args, "-gi", strings.Join(ids, ","))
+	}
+	return d.simMIG(ctx, nvml, args...)
+}
+
+func (d *Deployer) simMIG(ctx context.Context, nvml string, mig ...string) (string, error) {
+	argv := append([]string{"--driver-root=" + DriverRoot, "--nvml=" + nvml, "--record=" + d.node.HostDevicesRecord(), "mig"}, mig...)
+	out, err := exec.CommandContext(ctx, d.Bin("nvinject-sim-mig"), argv...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("nvinject-sim-mig %s: %w: %s", strings.Join(argv, " "), err, out)
+	}
+	return string(out), nil
 }

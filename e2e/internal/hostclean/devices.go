@@ -48,6 +48,24 @@ func EnsureDevices(record string, want []CharDevice) error {
 			return fmt.Errorf("remove directory %s this harness created: %w", dir, err)
 		}
 	}
+	return createDevices(record, keep, want)
+}
+
+// AddDevices creates each of devs that is missing and records it, as
+// EnsureDevices does, and removes nothing: the nodes of a MIG instance
+// created at runtime join what the harness created. An empty record
+// records nothing.
+func AddDevices(record string, devs []CharDevice) error {
+	created, err := recorded(record)
+	if err != nil {
+		return err
+	}
+	return createDevices(record, created, devs)
+}
+
+// createDevices creates the missing nodes of want (and their directory),
+// recording each beside keep before it makes it.
+func createDevices(record string, keep []string, want []CharDevice) error {
 	for _, d := range want {
 		if dir := filepath.Dir(d.Path); !slices.Contains(keep, dir+"/") {
 			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
@@ -114,6 +132,9 @@ func RemoveDevices(record string) error {
 }
 
 func recorded(record string) ([]string, error) {
+	if record == "" {
+		return nil, nil
+	}
 	data, err := os.ReadFile(record)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -125,6 +146,9 @@ func recorded(record string) ([]string, error) {
 }
 
 func writeRecord(record string, paths []string) error {
+	if record == "" {
+		return nil
+	}
 	if err := os.WriteFile(record, []byte(strings.Join(paths, "\n")+"\n"), 0o644); err != nil {
 		return fmt.Errorf("record created device nodes in %s: %w", record, err)
 	}

@@ -106,3 +106,37 @@ func TestEnsureDevicesMakesAndRemovesTheirDirectory(t *testing.T) {
 		}
 	}
 }
+
+// Nodes added at runtime (a MIG instance created later) join the record:
+// what was created before stays, and RemoveDevices removes both.
+func TestAddDevicesKeepsWhatWasThereAndRecordsTheNew(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod needs root")
+	}
+	dir := t.TempDir()
+	record := filepath.Join(dir, "record")
+	caps := filepath.Join(dir, "nvidia-caps")
+	first := []CharDevice{{filepath.Join(dir, "gpu0"), 195, 0}}
+	if err := EnsureDevices(record, first); err != nil {
+		t.Fatal(err)
+	}
+	added := []CharDevice{{filepath.Join(caps, "nvidia-cap12"), 509, 12}, {filepath.Join(caps, "nvidia-cap13"), 509, 13}}
+	for range 2 {
+		if err := AddDevices(record, added); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range append(first, added...) {
+		if _, err := os.Stat(d.Path); err != nil {
+			t.Errorf("%s: %v", d.Path, err)
+		}
+	}
+	if err := RemoveDevices(record); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{caps, first[0].Path} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s survived RemoveDevices: %v", p, err)
+		}
+	}
+}

@@ -9,6 +9,8 @@ package backend
 
 import (
 	"fmt"
+	"log/slog"
+	"path/filepath"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -32,6 +34,9 @@ type Options struct {
 	DriverRoot string
 	// DevRoot holds the host's /dev; defaults to DriverRoot.
 	DevRoot string
+	// Logger gets what a SIMULATED node reports while it runs (a MIG state
+	// file it cannot follow); default slog's default.
+	Logger *slog.Logger
 }
 
 // Open returns the inventory value names ("real" or "sim:..."). A
@@ -73,6 +78,8 @@ func Open(value string, o Options) (*Backend, error) {
 
 // OpenSimulated is Open for a SIMULATED node ("sim:..."), and also returns
 // the simulated node itself: the equipment that injects its Xids and faults.
+// With a driver root the node follows the root's simulated MIG state file
+// (sim.StateFile), so every process opening the root sees one MIG layout.
 func OpenSimulated(value string, o Options) (*Backend, *sim.Node, error) {
 	spec, err := sim.ParseSpec(value)
 	if err != nil {
@@ -82,7 +89,15 @@ func OpenSimulated(value string, o Options) (*Backend, *sim.Node, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	node := sim.New(spec)
+	opts := []sim.Option{}
+	if o.Logger != nil {
+		opts = append(opts, sim.WithLogger(o.Logger))
+	}
+	if o.DriverRoot != "" {
+		// Every process opening this driver root shares one MIG layout.
+		opts = append(opts, sim.WithStateFile(filepath.Join(o.DriverRoot, sim.StateFile)))
+	}
+	node := sim.New(spec, opts...)
 	inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithCaps(node.ProcFS(), "the SIMULATED driver's procfs"),
 		nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source))
 	if err != nil {

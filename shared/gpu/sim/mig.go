@@ -240,14 +240,14 @@ func (n *Node) wireMIG(dev *server.Device) {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
 	dev.CreateGpuInstanceFunc = func(info *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
-		return createGI(dev, info, nil, n.wireGI)
+		return n.createGI(dev, info, nil)
 	}
 	dev.CreateGpuInstanceWithPlacementFunc = func(info *nvml.GpuInstanceProfileInfo, at *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
-		return createGI(dev, info, at, n.wireGI)
+		return n.createGI(dev, info, at)
 	}
 }
 
-func createGI(dev *server.Device, info *nvml.GpuInstanceProfileInfo, at *nvml.GpuInstancePlacement, wire func(*server.GpuInstance)) (nvml.GpuInstance, nvml.Return) {
+func (n *Node) createGI(dev *server.Device, info *nvml.GpuInstanceProfileInfo, at *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
 	dev.Lock()
 	defer dev.Unlock()
 	if dev.MigMode != nvml.DEVICE_MIG_ENABLE {
@@ -286,8 +286,12 @@ func createGI(dev *server.Device, info *nvml.GpuInstanceProfileInfo, at *nvml.Gp
 		}
 		where = got[0].at
 	}
-	gi := server.NewGpuInstanceFromInfo(nvml.GpuInstanceInfo{Device: dev, Id: lowestFree(ids), ProfileId: info.Id, Placement: where}, cfg.MIGProfiles)
-	wire(gi)
+	id, ok := n.nextID(dev, ids)
+	if !ok {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	gi := server.NewGpuInstanceFromInfo(nvml.GpuInstanceInfo{Device: dev, Id: id, ProfileId: info.Id, Placement: where}, cfg.MIGProfiles)
+	n.wireGI(gi)
 	dev.GpuInstances[gi] = struct{}{}
 	return gi, nvml.SUCCESS
 }
@@ -328,7 +332,11 @@ func (n *Node) wireGI(gi *server.GpuInstance) {
 		if count >= prof.InstanceCount || slices > gi.MIGProfiles.GpuInstanceProfiles[int(gi.Info.ProfileId)].SliceCount {
 			return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
 		}
-		ci := server.NewComputeInstanceFromInfo(nvml.ComputeInstanceInfo{Device: gi.Info.Device, GpuInstance: gi, Id: lowestFree(ids), ProfileId: info.Id})
+		id, ok := n.nextID(gi, ids)
+		if !ok {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		ci := server.NewComputeInstanceFromInfo(nvml.ComputeInstanceInfo{Device: gi.Info.Device, GpuInstance: gi, Id: id, ProfileId: info.Id})
 		n.wireCI(ci)
 		gi.ComputeInstances[ci] = struct{}{}
 		return ci, nvml.SUCCESS

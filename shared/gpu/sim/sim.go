@@ -29,6 +29,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -333,9 +335,21 @@ type Node struct {
 	// instance's access node.
 	procRoot string
 
+	log *slog.Logger
+
 	mu     sync.Mutex
 	regs   map[chan nvml.EventData]map[string]bool
 	faults *faultTable
+	// pins are the IDs the next create calls give (pin).
+	pins map[any]uint32
+
+	// stateFile is the SIMULATED MIG state the node follows (Follow);
+	// specState is the --nvml value's layout, which holds without it.
+	stateFile string
+	specState State
+	stateMu   sync.Mutex
+	stateSeen fs.FileInfo
+	stateGen  int
 }
 
 // Option configures a simulated Node.
@@ -345,6 +359,10 @@ type Option func(*Node)
 // /dev/nvidia-caps node are found (default the host's; tests give a fake).
 func WithProcRoot(dir string) Option { return func(n *Node) { n.procRoot = dir } }
 
+// WithLogger sets where the node reports a state file it cannot follow
+// (default slog's default).
+func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }
+
 // New builds the simulated node for spec, creating each GPU's MIG layout
 // through NVML's calls. The spec comes from ParseSpec, which has checked
 // that the layouts fit; New panics on one that does not.
@@ -353,7 +371,7 @@ func New(spec Spec, opts ...Option) *Node {
 	srv := dgxa100.NewWithGPUs(cfgs...)
 	srv.DriverVersion = spec.DriverVersion()
 	srv.CudaDriverVersion, _ = CUDAVersionFor(srv.DriverVersion)
-	n := &Node{spec: spec, server: srv, procRoot: simholders.Proc, regs: map[chan nvml.EventData]map[string]bool{}, faults: &faultTable{byID: map[string]*deviceFaults{}}}
+	n := &Node{spec: spec, server: srv, procRoot: simholders.Proc, log: slog.Default(), regs: map[chan nvml.EventData]map[string]bool{}, faults: &faultTable{byID: map[string]*deviceFaults{}}, pins: map[any]uint32{}}
 	for _, o := range opts {
 		o(n)
 	}
@@ -369,6 +387,17 @@ func New(spec Spec, opts ...Option) *Node {
 		}
 	}
 	srv.EventSetCreateFunc = n.newEventSet
+	n.specState = n.State()
+	if n.stateFile != "" {
+		// Discovery and the layout fingerprint both start by counting.
+		count := srv.DeviceGetCountFunc
+		srv.DeviceGetCountFunc = func() (int, nvml.Return) {
+			if err := n.Follow(); err != nil {
+				n.log.Error("SIMULATION: cannot follow the simulated MIG state file", "error", err.Error())
+			}
+			return count()
+		}
+	}
 	return n
 }
 
