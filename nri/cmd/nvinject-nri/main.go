@@ -96,7 +96,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 		log.Info("GPU inventory read", "gpus", len(inv.GPUs), "mig_devices", len(inv.MIG), "nvml", cfg.NVML)
-		opts = append(opts, plugin.WithInventory(inv))
+		opts = append(opts, plugin.WithInventory(inv), plugin.WithInventoryRefresh(func(ctx context.Context) (*verify.Inventory, error) { return inventory(ctx, cfg) }))
 	}
 	if cfg.PodResourcesSocket != "" {
 		pr, err := podresources.New(cfg.PodResourcesSocket)
@@ -166,8 +166,9 @@ func apiClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
 	return c, nil
 }
 
-// inventory reads the node's GPUs and MIG devices once; the hot path never
-// asks NVML again.
+// inventory reads the node's GPUs and MIG devices: at start, and again only
+// when a container's devices are not in it (a MIG layout changed); the hot
+// path never asks NVML otherwise.
 func inventory(ctx context.Context, cfg config.Config) (*verify.Inventory, error) {
 	b, err := backend.Open(cfg.NVML, backend.Options{DriverRoot: cfg.DriverRoot})
 	if err != nil {

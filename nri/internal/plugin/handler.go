@@ -97,6 +97,9 @@ type Handler struct {
 	class     string
 	resource  string
 	inventory *verify.Inventory
+	invMu     sync.Mutex
+	refresh   InventoryRefresh
+	refreshed time.Time
 	deadline  time.Duration
 	// inflight counts requests still running after their deadline refused them.
 	inflight sync.WaitGroup
@@ -279,8 +282,8 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 	// refusal; kubelet and the other plugins' adjustments are checked in
 	// ValidateContainerAdjustment.
 	final := finalOf(ctr, adj)
-	in := verify.Input{Allocated: r.gpus, Nodes: final.nodes(), Env: final.env, Inventory: h.inventory}
-	if err := verify.Check(in); err != nil {
+	in := verify.Input{Allocated: r.gpus, Nodes: final.nodes(), Env: final.env}
+	if err := h.verifyInput(ctx, in); err != nil {
 		out.rec.Checked, out.rec.Devices, out.rec.Env = true, gpuNodes(in.Nodes), uuidEnv(in.Env)
 		return out, refuse(reasonOf(err), fmt.Errorf("%s: %w", r.who, err))
 	}
@@ -296,7 +299,7 @@ func (h *Handler) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Cont
 
 // Synchronize reports the GPU containers already running and whether they
 // pass the check; it changes nothing.
-func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+func (h *Handler) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	byID := make(map[string]*api.PodSandbox, len(pods))
 	for _, p := range pods {
 		byID[p.GetId()] = p
@@ -308,7 +311,7 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 		if pod == nil || !h.handlers[pod.GetRuntimeHandler()] {
 			continue
 		}
-		gpus, err := h.check(ctr)
+		gpus, err := h.check(ctx, ctr)
 		uuids := verify.UUIDs(gpus)
 		// What runs holds its GPUs, passing the check or not; events missed
 		// while disconnected are caught up here.
@@ -336,7 +339,7 @@ func (h *Handler) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []
 
 // check verifies a container as it already is (no adjustment), returning
 // the units its CDI names stand for.
-func (h *Handler) check(ctr *api.Container) ([]verify.GPU, error) {
+func (h *Handler) check(ctx context.Context, ctr *api.Container) ([]verify.GPU, error) {
 	names, err := h.collector.Container(ctr)
 	if err != nil {
 		return nil, err
@@ -346,8 +349,8 @@ func (h *Handler) check(ctr *api.Container) ([]verify.GPU, error) {
 		return nil, err
 	}
 	final := finalOf(ctr, nil)
-	in := verify.Input{Allocated: gpus, Nodes: final.nodes(), Env: final.env, Inventory: h.inventory}
-	return gpus, verify.Check(in)
+	in := verify.Input{Allocated: gpus, Nodes: final.nodes(), Env: final.env}
+	return gpus, h.verifyInput(ctx, in)
 }
 
 // ours returns the sorted distinct names of nvinject's CDI kind.

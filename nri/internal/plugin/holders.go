@@ -110,8 +110,8 @@ func (h *Handler) parentOf(uuid string) string {
 	if !strings.HasPrefix(uuid, "MIG-") {
 		return ""
 	}
-	if h.inventory != nil {
-		if s, ok := h.inventory.MIG[uuid]; ok {
+	if inv := h.inv(); inv != nil {
+		if s, ok := inv.MIG[uuid]; ok {
 			return s.ParentUUID
 		}
 	}
@@ -291,8 +291,8 @@ func (h *Handler) name(u unit) string {
 	if u.parent == "" && !strings.HasPrefix(u.uuid, "MIG-") {
 		return "GPU " + u.uuid
 	}
-	if h.inventory != nil {
-		if s, ok := h.inventory.MIG[u.uuid]; ok {
+	if inv := h.inv(); inv != nil {
+		if s, ok := inv.MIG[u.uuid]; ok {
 			return s.String()
 		}
 	}

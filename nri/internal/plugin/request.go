@@ -225,10 +225,11 @@ func (h *Handler) kubeletUUIDs(ids []string, res resolve.Result) []string {
 // migByIndex is the MIG device the inventory knows by kubelet's index ID
 // "<GPU index>:<MIG index>"; id itself otherwise.
 func (h *Handler) migByIndex(id string) string {
-	if h.inventory == nil || !strings.Contains(id, ":") {
+	inv := h.inv()
+	if inv == nil || !strings.Contains(id, ":") {
 		return id
 	}
-	for u, s := range h.inventory.MIG {
+	for u, s := range inv.MIG {
 		if id == strconv.Itoa(s.GPUIndex)+":"+strconv.Itoa(s.Index) {
 			return u
 		}

@@ -78,7 +78,7 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	c.rec = h.record(r)
 	who := r.who
 	final := finalOf(ctr, adj)
-	in := verify.Input{Allocated: r.gpus, Nodes: final.access(), Env: final.env, Inventory: h.inventory}
+	in := verify.Input{Allocated: r.gpus, Nodes: final.access(), Env: final.env}
 	// What was found goes into the record only for a verdict that is
 	// recorded: a container without GPUs that passes records nothing.
 	found := func() {
@@ -117,7 +117,7 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 			}
 		}
 	}
-	if err := verify.Check(in); err != nil {
+	if err := h.verifyInput(ctx, in); err != nil {
 		found()
 		return c, refuse(reasonOf(err), fmt.Errorf("%s: %w", who, err))
 	}
