@@ -322,6 +322,10 @@ func TestHostPaths(t *testing.T) {
 				{"/var/lib/kubelet/pod-resources", corev1.HostPathDirectory, "/var/lib/kubelet/pod-resources", true, ""},
 			},
 		}
+		if b.nvml != "real" {
+			// SIMULATION: nvinject-nri reads the simulated driver's state.
+			want[nri] = append(want[nri], mount{b.driverRoot, corev1.HostPathDirectoryOrCreate, "/driver-root", true, ""})
+		}
 		o := kustomize(t, b.dir)
 		for name, ds := range o.daemonSets {
 			if got := mounts(ds.Spec.Template.Spec); !reflect.DeepEqual(got, want[name]) {
@@ -370,7 +374,7 @@ func TestArgs(t *testing.T) {
 			"--cdi-spec-dir=/etc/cdi", "--cdi-spec-dir=/var/run/cdi", "--runtime-handler=nvidia",
 			"--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock", "--metrics-addr=:9482"}
 		if b.nvml != "real" {
-			wantNRI = append(wantNRI, "--nvml="+b.nvml)
+			wantNRI = append(wantNRI, "--nvml="+b.nvml, "--driver-root=/driver-root")
 		}
 		if got := o.daemonSets[nri].Spec.Template.Spec.Containers[0].Args; !slices.Equal(got, wantNRI) {
 			t.Errorf("%s: nri args\n got %v\nwant %v", b.dir, got, wantNRI)
