@@ -342,3 +342,105 @@ func createCELTemplate(t *testing.T, ctx context.Context, name, expr string) {
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
+
+// A MIG layout changed while nvinject runs (MIG_STRATEGY=mixed, A100 GPU 1
+// split 3g.40gb + 2×1g.10gb, one 1g.10gb held by a running pod): the
+// operator destroys the 3g.40gb and creates two 2g.20gb in its place
+// (nvinject-sim-mig, nvidia-smi mig's syntax, on the SIMULATED driver).
+// Without a restart of either daemon the node then publishes
+// nvidia.com/mig-2g.20gb=2 and no 3g.40gb, two pods get the two new MIG
+// devices (nvinject-nri reads its inventory again for the one it has never
+// seen), and the held pod keeps its slice throughout.
+func TestMIGLayoutChangeAtRuntime(t *testing.T) {
+	d := need(t)
+	ctx := testCtx(t)
+	const nvml = "sim:a100-80gb*2,mig=1:3g.40gb+1g.10gb*2"
+	small, big, mid := contract.MIGResourceName(simnode.Resource, "1g.10gb"), contract.MIGResourceName(simnode.Resource, "3g.40gb"), contract.MIGResourceName(simnode.Resource, "2g.20gb")
+	deployFor(t, ctx, simnode.GPUs{NVML: nvml, All: true, MIGStrategy: "mixed", Expect: map[string]int64{simnode.Resource: 1, small: 2, big: 1}})
+	node, err := simnode.SimulatedGPUs(ctx, nvml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createPod(t, ctx, "relayout-held", podSpec{gpu: true, runtimeClass: true, resource: small})
+	waitPod(t, ctx, "relayout-held", 2*time.Minute, "Running", running)
+	held := checkMIGPod(t, ctx, node, "relayout-held", "1g.10gb")
+	gi := -1
+	for _, m := range node.Devices[1].MIG {
+		if m.Profile == "3g.40gb" {
+			gi = m.GPUInstance
+		}
+	}
+	before := map[string]*corev1.Pod{}
+	for _, ds := range []string{simnode.DevicePlugin, simnode.NRIPlugin} {
+		p, err := d.DaemonSetPod(ctx, ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[ds] = p
+	}
+
+	t0 := time.Now()
+	out, err := d.DestroyMIG(ctx, nvml, 1, gi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("$ nvinject-sim-mig mig -dci -dgi -i 1 -gi %d\n%s", gi, out)
+	if out, err = d.ChangeMIG(ctx, nvml, 1, "2g.20gb", "2g.20gb"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("$ nvinject-sim-mig mig -cgi 2g.20gb,2g.20gb -C -i 1\n%s", out)
+	created := regexp.MustCompile(`MIG-[0-9a-f-]{36}`).FindAllString(out, -1)
+	if len(created) != 2 {
+		t.Fatalf("want two new MIG UUIDs in %q", out)
+	}
+	want := map[string]int64{simnode.Resource: 1, small: 2, big: 0, mid: 2}
+	err = simnode.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
+		n, err := d.Kube().Client.CoreV1().Nodes().Get(ctx, d.Node().Name(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for res, w := range want {
+			if a := n.Status.Allocatable[corev1.ResourceName(res)]; a.Value() != w {
+				return fmt.Errorf("%s allocatable %d, want %d", res, a.Value(), w)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the changed layout was not republished: %v", err)
+	}
+	republished := time.Since(t0)
+
+	got := map[string]string{}
+	for _, n := range []string{"relayout-new-a", "relayout-new-b"} {
+		createPod(t, ctx, n, podSpec{gpu: true, runtimeClass: true, resource: mid})
+	}
+	for _, n := range []string{"relayout-new-a", "relayout-new-b"} {
+		waitPod(t, ctx, n, 2*time.Minute, "Running", running)
+		env, err := d.Kube().Exec(ctx, ns, n, "", "sh", "-c", "env | grep "+contract.EnvMIGUUIDPrefix)
+		_, uuid, _ := strings.Cut(strings.TrimSpace(env), "=")
+		if err != nil || !slices.Contains(created, uuid) || strings.Contains(strings.TrimSpace(env), "\n") {
+			t.Errorf("pod %s on a new 2g.20gb device has MIG env %q (%v), want one of %v", n, env, err, created)
+		}
+		if other, dup := got[uuid]; dup {
+			t.Errorf("pods %s and %s share MIG device %s", other, n, uuid)
+		}
+		got[uuid] = n
+	}
+	if p, err := d.Kube().Client.CoreV1().Pods(ns).Get(ctx, "relayout-held", metav1.GetOptions{}); err != nil || !running(p) {
+		t.Errorf("the pod holding %s is no longer Running: %v", held, err)
+	}
+	if now := checkMIGPod(t, ctx, node, "relayout-held", "1g.10gb"); now != held {
+		t.Errorf("the held pod's slice changed from %s to %s", held, now)
+	}
+	for ds, p := range before {
+		now, err := d.DaemonSetPod(ctx, ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.UID != p.UID || now.Status.ContainerStatuses[0].RestartCount != p.Status.ContainerStatuses[0].RestartCount {
+			t.Errorf("%s restarted across the layout change (pod %s -> %s)", ds, p.UID, now.UID)
+		}
+	}
+	t.Logf("FIGURE MIG layout change at runtime: 3g.40gb destroyed and 2×2g.20gb created on GPU 1 while a pod held a 1g.10gb: republished (%s=2, %s=0) %s after the first nvinject-sim-mig command, no daemon restarted; two pods got %v", mid, big, republished.Round(100*time.Millisecond), created)
+}
