@@ -15,7 +15,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,14 +24,17 @@ import (
 
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
 	"github.com/nvinject/nvinject/e2e/internal/simdev"
+	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 	"github.com/nvinject/nvinject/shared/gpu/sim/simholders"
 )
 
-const usage = `usage (SIMULATION: changes a simulated node's MIG layout):
-  nvinject-sim-mig --driver-root=DIR --nvml=SPEC [--dev-root=/] [--record=FILE] mig -cgi PROFILE[,PROFILE...] -C -i GPU
-  nvinject-sim-mig --driver-root=DIR --nvml=SPEC [--dev-root=/] [--record=FILE] mig -dci -dgi -i GPU [-gi ID[,ID...]]`
+const (
+	name     = "nvinject-sim-mig"
+	synopsis = "--driver-root=DIR --nvml=SPEC [--dev-root=/] [--record=FILE] mig (-cgi PROFILE[,PROFILE...] -C | -dci -dgi [-gi ID[,ID...]]) -i GPU"
+	about    = "SIMULATION: changes a simulated node's MIG layout, in nvidia-smi mig's syntax (a subset)."
+)
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
@@ -53,28 +55,29 @@ type op struct {
 	gis     []int
 }
 
-func parse(args []string) (config, error) {
-	fs := flag.NewFlagSet("nvinject-sim-mig", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+// parse reads the command line; --help and --version answer on stdout.
+func parse(args []string, stdout, stderr io.Writer) (config, error) {
+	cmd := cli.New(name, synopsis, cli.WithAbout(about), cli.WithOutput(stdout, stderr))
+	fs := cmd.Flags()
 	var c config
 	fs.StringVar(&c.driverRoot, "driver-root", "", "the simulated node's driver root (its state file is "+sim.StateFile+" inside)")
 	fs.StringVar(&c.nvml, "nvml", "", "the daemons' --nvml=sim:... value")
 	fs.StringVar(&c.devRoot, "dev-root", "/", "where the host's /dev is")
 	fs.StringVar(&c.record, "record", "", "the file listing the device nodes a harness created (the local node's), which the new ones join")
 	fs.StringVar(&c.procRoot, "proc-root", simholders.Proc, "where the processes holding a MIG instance are found")
-	if err := fs.Parse(args); err != nil {
+	if err := cmd.Parse(args, nil); err != nil {
 		return config{}, err
 	}
 	if c.driverRoot == "" || !sim.IsSim(c.nvml) {
-		return config{}, errors.New("give the simulated node's --driver-root and its --nvml=sim:... value")
+		return config{}, cli.Usagef("give the simulated node's --driver-root and its --nvml=sim:... value")
 	}
-	rest := fs.Args()
+	rest := cmd.Args()
 	if len(rest) == 0 || rest[0] != "mig" {
-		return config{}, errors.New("the command is mig")
+		return config{}, cli.Usagef("the command is mig")
 	}
 	op, err := parseMIG(rest[1:])
 	if err != nil {
-		return config{}, err
+		return config{}, cli.UsageError{Err: err}
 	}
 	c.op = op
 	return c, nil
@@ -148,10 +151,9 @@ func parseMIG(args []string) (op, error) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c, err := parse(args)
+	c, err := parse(args, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "nvinject-sim-mig: %v\n%s\n", err, usage)
-		return 2
+		return cli.Code(name, err, stderr)
 	}
 	if err := apply(ctx, c, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "nvinject-sim-mig:", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -40,7 +41,7 @@ func TestParse(t *testing.T) {
 		{"another command", []string{"topo"}, op{}, "the command is mig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parse(append(global, tc.args...))
+			c, err := parse(append(global, tc.args...), io.Discard, io.Discard)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("parse(%v) = %v, want an error saying %q", tc.args, err, tc.wantErr)
@@ -55,7 +56,7 @@ func TestParse(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parse([]string{"mig", "-dci", "-dgi", "-i", "1"}); err == nil || !strings.Contains(err.Error(), "--driver-root") {
+	if _, err := parse([]string{"mig", "-dci", "-dgi", "-i", "1"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "--driver-root") {
 		t.Errorf("without --driver-root and --nvml: %v", err)
 	}
 }
