@@ -10,10 +10,10 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// The sharing rows belong to the device plugin's allocate layer (the DRA
-// path shares nothing yet): they judge what kubelet
-// handed out (PodResources) and the MPS daemon the device plugin runs for
-// what it handed out, after scheduling placed the pods and before
+// The sharing rows belong to the device plugin's allocate layer (a DRA
+// claim is shared only among its own pods, which nvinject-nri checks by
+// claim): they judge what kubelet handed out (PodResources) and the MPS
+// daemon the device plugin runs for what it handed out, after scheduling placed the pods and before
 // injection gives their containers the device (and an MPS pipe dir no
 // daemon serves).
 
