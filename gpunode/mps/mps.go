@@ -113,9 +113,6 @@ func New(root string, opts ...Option) *Manager {
 	return m
 }
 
-// Root is the directory the daemons live under.
-func (m *Manager) Root() string { return m.root }
-
 // Sync declares the wanted daemons and the program they run. Daemons no
 // longer wanted, or wanted with other settings or another program, are
 // stopped (and the latter started again); the others keep running.
