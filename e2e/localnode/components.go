@@ -30,6 +30,20 @@ func (n *Node) apiServerURL() string {
 
 // components lists the node's programs in start order; teardown runs it backwards.
 func (n *Node) components() []component {
+	all := n.allComponents()
+	if !n.controlPlaneOnly {
+		return all
+	}
+	var cp []component
+	for _, c := range all {
+		if c.name != "containerd" && c.name != "kubelet" {
+			cp = append(cp, c)
+		}
+	}
+	return cp
+}
+
+func (n *Node) allComponents() []component {
 	l, p := n.layout, n.ports
 	pki := func(f string) string { return l.path("pki", f) }
 	loop := func(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }

@@ -31,6 +31,7 @@ type Node struct {
 	kubeletTemplate    string
 	containerdTemplate string
 	cniBin             string
+	controlPlaneOnly   bool
 	timeout            time.Duration
 	log                *slog.Logger
 }
@@ -83,8 +84,10 @@ func (n *Node) Up(ctx context.Context) error {
 			return fmt.Errorf("%s is already running (pid %d): run `nvinject-localnode down -run-dir %s` first", c.name, pid, n.layout.dir)
 		}
 	}
-	if err := n.claimHost(); err != nil {
-		return err
+	if !n.controlPlaneOnly {
+		if err := n.claimHost(); err != nil {
+			return err
+		}
 	}
 	// A crashed earlier run can leave mounts, cgroups or a bridge; clear them first.
 	if err := n.Down(ctx); err != nil {
@@ -105,6 +108,11 @@ func (n *Node) Up(ctx context.Context) error {
 	// down and status in a later process find the same binaries through this file.
 	if err := os.WriteFile(n.layout.path("tools-bin"), []byte(n.bin), 0o644); err != nil {
 		return fmt.Errorf("record tools bin dir: %w", err)
+	}
+	if n.controlPlaneOnly {
+		if err := os.WriteFile(n.layout.path(controlPlaneOnlyMark), nil, 0o644); err != nil {
+			return fmt.Errorf("record control-plane-only: %w", err)
+		}
 	}
 	creds, err := n.writeCredentials()
 	if err != nil {
@@ -131,8 +139,12 @@ func (n *Node) Up(ctx context.Context) error {
 	return nil
 }
 
-// useRecordedBin falls back to the tools bin dir that up recorded in the run dir.
+// useRecordedBin falls back to the tools bin dir that up recorded in the run dir,
+// and learns whether up started the control plane only.
 func (n *Node) useRecordedBin() {
+	if _, err := os.Stat(n.layout.path(controlPlaneOnlyMark)); err == nil {
+		n.controlPlaneOnly = true
+	}
 	if n.bin != "" {
 		return
 	}
@@ -140,6 +152,10 @@ func (n *Node) useRecordedBin() {
 		n.bin = strings.TrimSpace(string(data))
 	}
 }
+
+// controlPlaneOnlyMark in the run dir tells down and status in a later process that
+// up started no containerd and no kubelet.
+const controlPlaneOnlyMark = "control-plane-only"
 
 // maxSocketPath leaves room under the kernel's 108-byte sun_path limit.
 const maxSocketPath = 100
@@ -156,6 +172,9 @@ func (n *Node) checkPrereqs() error {
 		if _, err := os.Stat(n.tool(t)); err != nil {
 			return fmt.Errorf("tool %s missing from %q: run `make tools` and pass its bin dir (NVINJECT_TOOLS_BIN): %w", t, n.bin, err)
 		}
+	}
+	if n.controlPlaneOnly {
+		return nil
 	}
 	if _, err := os.Stat(filepath.Join(n.cniBin, "bridge")); err != nil {
 		return fmt.Errorf("CNI bridge plugin missing in %s: apt-get install containernetworking-plugins: %w", n.cniBin, err)
@@ -216,8 +235,10 @@ func (n *Node) waitNodeReady(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	if err := n.poll(ctx, func(ctx context.Context) error { return c.nodeReady(ctx, n.name) }); err != nil {
-		return fmt.Errorf("node %s not Ready: %w; see %s and %s", n.name, err, n.layout.logFile("kubelet"), n.layout.logFile("containerd"))
+	if !n.controlPlaneOnly {
+		if err := n.poll(ctx, func(ctx context.Context) error { return c.nodeReady(ctx, n.name) }); err != nil {
+			return fmt.Errorf("node %s not Ready: %w; see %s and %s", n.name, err, n.layout.logFile("kubelet"), n.layout.logFile("containerd"))
+		}
 	}
 	// Pods are rejected until the controller-manager creates the default ServiceAccount.
 	if err := n.poll(ctx, func(ctx context.Context) error {

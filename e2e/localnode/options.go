@@ -70,5 +70,11 @@ func WithCNIBinDir(dir string) Option { return func(n *Node) { n.cniBin = dir } 
 // WithTimeout bounds each component's readiness wait.
 func WithTimeout(d time.Duration) Option { return func(n *Node) { n.timeout = d } }
 
+// WithControlPlaneOnly starts etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler only: no containerd, no kubelet, no host-wide state, so it can run
+// beside a local node (on other ports and another run dir). For fleets of fake nodes
+// (KWOK).
+func WithControlPlaneOnly() Option { return func(n *Node) { n.controlPlaneOnly = true } }
+
 // WithLogger sets the logger for progress messages.
 func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }

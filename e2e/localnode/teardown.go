@@ -50,7 +50,10 @@ func (n *Node) Down(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	// Host-wide state may belong to another node started since; leave it to its owner.
-	if n.ownsHost() {
+	// A control plane alone made none, and a local node beside it owns what there is.
+	switch {
+	case n.controlPlaneOnly:
+	case n.ownsHost():
 		errs = append(errs, n.removeHostLeftovers(ctx)...)
 		// Only one kubelet can run per host (its device-plugin dir is fixed), so kubepods is ours.
 		if err := hostclean.KillAndRemoveCgroups("kubepods", "kubepods.slice"); err != nil {
@@ -60,7 +63,7 @@ func (n *Node) Down(ctx context.Context) error {
 		// another containerd on the host may use it.
 		_ = hostclean.RemoveCgroups("k8s.io")
 		n.releaseHost()
-	} else {
+	default:
 		n.log.Warn("another local node owns the host-wide state; leaving it", "owner", currentOwner())
 	}
 	// Device nodes are listed in this run dir, so they are this node's whoever owns the host now.
