@@ -39,7 +39,7 @@ func (n *Node) writeCredentials() (*credentials, error) {
 	c := &credentials{ca: ca}
 	loopback := []net.IP{net.IPv4(127, 0, 0, 1)}
 	if c.apiserver, err = ca.Issue(pki.Request{
-		Name: "apiserver", CommonName: "kube-apiserver", Server: true, IPs: append(loopback, net.IPv4(10, 96, 0, 1)),
+		Name: "apiserver", CommonName: "kube-apiserver", Server: true, IPs: append(loopback, net.IPv4(10, 96, 0, 1), net.ParseIP(nodesGateway)),
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 	}); err != nil {
 		return nil, err
@@ -82,6 +82,10 @@ func (n *Node) writeCredentials() (*credentials, error) {
 }
 
 func (n *Node) writeKubeconfig(name, caFile string, pair pki.Pair) error {
+	return n.writeKubeconfigAt(n.layout.kubeconfig(name), name, caFile, pair)
+}
+
+func (n *Node) writeKubeconfigAt(path, name, caFile string, pair pki.Pair) error {
 	const tmpl = `apiVersion: v1
 kind: Config
 clusters:
@@ -101,7 +105,6 @@ contexts:
     user: %s
 current-context: nvinject
 `
-	path := n.layout.kubeconfig(name)
 	body := fmt.Sprintf(tmpl, n.apiServerURL(), caFile, name, pair.CertFile, pair.KeyFile, name)
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		return fmt.Errorf("write %s kubeconfig: %w", name, err)

@@ -25,7 +25,7 @@ type component struct {
 func (n *Node) tool(name string) string { return n.bin + "/" + name }
 
 func (n *Node) apiServerURL() string {
-	return "https://127.0.0.1:" + strconv.Itoa(n.ports.APIServer)
+	return "https://" + n.apiHost + ":" + strconv.Itoa(n.ports.APIServer)
 }
 
 // components lists the node's programs in start order; teardown runs it backwards.
@@ -118,7 +118,7 @@ func (n *Node) apiServer(pki func(string) string) component {
 		name: "kube-apiserver", tool: "kube-apiserver", hosts: l.path("apiserver-hosts"),
 		args: []string{
 			"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(p.EtcdClient),
-			"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(p.APIServer),
+			"--bind-address=" + n.apiHost, "--advertise-address=" + n.apiHost, "--secure-port=" + strconv.Itoa(p.APIServer),
 			"--endpoint-reconciler-type=none",
 			"--tls-cert-file=" + pki("apiserver.crt"), "--tls-private-key-file=" + pki("apiserver.key"),
 			"--client-ca-file=" + pki("ca.crt"),
@@ -149,6 +149,9 @@ func (n *Node) command(c component) (string, []string, error) {
 		return bin, c.args, nil
 	}
 	hosts := fmt.Sprintf("127.0.0.1 localhost\n127.0.0.1 %s\n::1 localhost\n", n.name)
+	for _, w := range n.Workers() {
+		hosts += w.IP() + " " + w.Name() + "\n"
+	}
 	if err := os.WriteFile(c.hosts, []byte(hosts), 0o644); err != nil {
 		return "", nil, fmt.Errorf("write %s hosts file: %w", c.name, err)
 	}

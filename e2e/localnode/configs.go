@@ -40,9 +40,13 @@ type templateData struct {
 	Runc, RuncRoot                                    string
 
 	StaticPodDir, PodLogsDir, VolumePluginDir string
+	KubeletAddress, KubeletHealthzAddress     string
 	KubeletPort, KubeletHealthzPort           int
-	KubeletServingCert, KubeletServingKey     string
-	CAFile                                    string
+	// CgroupRoot is empty on the first node (kubelet's default, /) and the
+	// worker's own cgroup on the others, so their kubepods trees differ.
+	CgroupRoot                            string
+	KubeletServingCert, KubeletServingKey string
+	CAFile                                string
 }
 
 func (n *Node) templateData(creds *credentials) templateData {
@@ -59,6 +63,7 @@ func (n *Node) templateData(creds *credentials) templateData {
 		Runc: n.tool("runc"), RuncRoot: l.runcRoot(),
 
 		StaticPodDir: l.staticPods(), PodLogsDir: l.path("pod-logs"), VolumePluginDir: l.path("volume-plugins"),
+		KubeletAddress: "127.0.0.1", KubeletHealthzAddress: "127.0.0.1",
 		KubeletPort: n.ports.Kubelet, KubeletHealthzPort: n.ports.KubeletHealthz,
 		KubeletServingCert: creds.kubeletServe.CertFile, KubeletServingKey: creds.kubeletServe.KeyFile,
 		CAFile: creds.ca.CertFile,
@@ -68,18 +73,24 @@ func (n *Node) templateData(creds *credentials) templateData {
 // writeConfigs renders containerd's, kubelet's and the CNI config, merging the
 // containerd drop-in when there is one.
 func (n *Node) writeConfigs(creds *credentials) error {
-	data := n.templateData(creds)
+	return n.renderConfigs(n.templateData(creds), n.layout.kubeletConfig(), func(p string) string { return p })
+}
+
+// renderConfigs writes the configs data describes. The paths in data are the ones the
+// node's programs see; onHost maps one to where it is on the host (a worker's own
+// directories are mounted over the first node's paths in its mount namespace).
+func (n *Node) renderConfigs(data templateData, kubeletConfig string, onHost func(string) string) error {
 	if n.dropIn != "" {
 		dst := filepath.Join(n.layout.containerdDropIns(), filepath.Base(n.dropIn))
-		if err := n.writeDropIn(dst, data); err != nil {
+		if err := n.writeDropIn(onHost(dst), data); err != nil {
 			return err
 		}
 		data.Imports = []string{dst}
 	}
 	files := []struct{ override, embedded, dst string }{
-		{n.containerdTemplate, "config/containerd.toml", n.layout.containerdConfig()},
-		{n.kubeletTemplate, "config/kubelet.yaml", n.layout.kubeletConfig()},
-		{"", "config/cni.conflist", filepath.Join(n.layout.cniConfDir(), "10-"+cniNetwork+".conflist")},
+		{n.containerdTemplate, "config/containerd.toml", onHost(n.layout.containerdConfig())},
+		{n.kubeletTemplate, "config/kubelet.yaml", kubeletConfig},
+		{"", "config/cni.conflist", onHost(filepath.Join(n.layout.cniConfDir(), "10-"+cniNetwork+".conflist"))},
 	}
 	for _, f := range files {
 		if err := render(f.override, f.embedded, f.dst, data); err != nil {

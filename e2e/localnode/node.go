@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,9 @@ type Node struct {
 	containerdTemplate string
 	cniBin             string
 	controlPlaneOnly   bool
+	workers            []string
+	nodeLocalDirs      []string
+	apiHost            string
 	timeout            time.Duration
 	log                *slog.Logger
 }
@@ -44,6 +48,10 @@ func New(opts ...Option) *Node {
 	}
 	for _, o := range opts {
 		o(n)
+	}
+	n.apiHost = "127.0.0.1"
+	if len(n.workers) > 0 {
+		n.apiHost = nodesGateway
 	}
 	return n
 }
@@ -68,7 +76,7 @@ func (n *Node) CDIDir() string { return n.layout.cdiDir() }
 
 // APIServerAddress is the API server's loopback address and port, for pods
 // that must reach it without a kubernetes Service (the node has no kube-proxy).
-func (n *Node) APIServerAddress() (host string, port int) { return "127.0.0.1", n.ports.APIServer }
+func (n *Node) APIServerAddress() (host string, port int) { return n.apiHost, n.ports.APIServer }
 
 // LogFile is the log of a component (containerd, etcd, kube-apiserver, kubelet, ...).
 func (n *Node) LogFile(component string) string { return n.layout.logFile(component) }
@@ -109,6 +117,14 @@ func (n *Node) Up(ctx context.Context) error {
 	if err := os.WriteFile(n.layout.path("tools-bin"), []byte(n.bin), 0o644); err != nil {
 		return fmt.Errorf("record tools bin dir: %w", err)
 	}
+	if err := os.WriteFile(n.layout.path("api-host"), []byte(n.apiHost), 0o644); err != nil {
+		return fmt.Errorf("record API server address: %w", err)
+	}
+	if len(n.workers) > 0 {
+		if err := n.makeNodesBridge(ctx); err != nil {
+			return err
+		}
+	}
 	if n.controlPlaneOnly {
 		if err := os.WriteFile(n.layout.path(controlPlaneOnlyMark), nil, 0o644); err != nil {
 			return fmt.Errorf("record control-plane-only: %w", err)
@@ -134,6 +150,11 @@ func (n *Node) Up(ctx context.Context) error {
 	if err := n.waitNodeReady(ctx); err != nil {
 		return err
 	}
+	for _, w := range n.Workers() {
+		if err := w.up(ctx, creds.ca); err != nil {
+			return err
+		}
+	}
 	n.log.Info("node ready", "node", n.name, "took", time.Since(start).Round(time.Millisecond),
 		"kubeconfig", n.Kubeconfig(), "containerd", n.ContainerdSocket())
 	return nil
@@ -144,6 +165,9 @@ func (n *Node) Up(ctx context.Context) error {
 func (n *Node) useRecordedBin() {
 	if _, err := os.Stat(n.layout.path(controlPlaneOnlyMark)); err == nil {
 		n.controlPlaneOnly = true
+	}
+	if data, err := os.ReadFile(n.layout.path("api-host")); err == nil {
+		n.apiHost = strings.TrimSpace(string(data))
 	}
 	if n.bin != "" {
 		return
@@ -165,6 +189,17 @@ func (n *Node) checkPrereqs() error {
 		n.layout.path("kubelet", "pod-resources", "kubelet.sock")} {
 		if len(sock) > maxSocketPath {
 			return fmt.Errorf("socket path %s is %d bytes, over %d: choose a shorter run dir", sock, len(sock), maxSocketPath)
+		}
+	}
+	if len(n.workers) > MaxWorkers {
+		return fmt.Errorf("%d workers asked for, at most %d", len(n.workers), MaxWorkers)
+	}
+	if len(n.workers) > 0 && n.controlPlaneOnly {
+		return errors.New("workers need the first node: WithWorkers and WithControlPlaneOnly exclude each other")
+	}
+	for i, w := range n.workers {
+		if w == "" || w == n.name || slices.Contains(n.workers[:i], w) {
+			return fmt.Errorf("worker name %q is empty or taken: give every node its own name", w)
 		}
 	}
 	for _, t := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "crictl", "etcd",

@@ -76,5 +76,20 @@ func WithTimeout(d time.Duration) Option { return func(n *Node) { n.timeout = d 
 // (KWOK).
 func WithControlPlaneOnly() Option { return func(n *Node) { n.controlPlaneOnly = true } }
 
+// WithWorkers adds GPU nodes after the first, named names (at most MaxWorkers), each a
+// Worker with its own containerd and kubelet in namespaces of its own. With workers the
+// API server listens on the nodes' bridge (10.235.0.1) instead of loopback, so every
+// node's network namespace reaches it.
+func WithWorkers(names ...string) Option {
+	return func(n *Node) { n.workers = append(n.workers, names...) }
+}
+
+// WithNodeLocalDirs names host directories every worker has its own copy of, mounted
+// over the path in its mount namespace (such as the simulated driver root), beside the
+// run dir's node directories and kubelet's device-plugin dir, which are always its own.
+func WithNodeLocalDirs(dirs ...string) Option {
+	return func(n *Node) { n.nodeLocalDirs = append(n.nodeLocalDirs, dirs...) }
+}
+
 // WithLogger sets the logger for progress messages.
 func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }

@@ -37,6 +37,9 @@ func (n *Node) Down(ctx context.Context) error {
 	if err := n.deletePods(ctx); err != nil {
 		n.log.Warn("deleting pods through the API server failed; removing sandboxes directly", logging.Err(err))
 	}
+	for _, w := range n.Workers() {
+		errs = append(errs, w.down(ctx)...)
+	}
 	for _, name := range []string{"kubelet", "kube-apiserver", "etcd"} {
 		stop(name)
 	}
@@ -140,6 +143,11 @@ func (n *Node) removeHostLeftovers(ctx context.Context) []error {
 			errs = append(errs, fmt.Errorf("delete bridge %s: %w: %s", cniBridge, err, out))
 		}
 	}
+	if _, err := os.Stat("/sys/class/net/" + nodesBridge); err == nil {
+		if out, err := exec.CommandContext(ctx, "ip", "link", "delete", nodesBridge).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("delete bridge %s: %w: %s", nodesBridge, err, out))
+		}
+	}
 	if results, err := filepath.Glob("/var/lib/cni/results/" + cniNetwork + "-*"); err == nil {
 		for _, r := range results {
 			_ = os.Remove(r)
@@ -173,34 +181,50 @@ func (n *Node) Status(ctx context.Context) []ComponentStatus {
 	n.useRecordedBin()
 	var out []ComponentStatus
 	for _, c := range n.components() {
-		s := ComponentStatus{Name: c.name, LogFile: n.layout.logFile(c.name)}
-		pid, err := proc.Find(n.layout.pidFile(c.name))
-		switch {
-		case err != nil:
-			s.Detail = err.Error()
-		case pid == 0:
-			s.Detail = "stopped"
-		default:
-			s.PID = pid
+		out = append(out, componentStatus(ctx, c.name, n.layout, c))
+	}
+	for _, w := range n.Workers() {
+		for _, c := range w.components() {
+			out = append(out, componentStatus(ctx, w.name+"/"+c.name, w.back, c))
+		}
+	}
+	names := []string{n.name}
+	for _, w := range n.Workers() {
+		names = append(names, w.name)
+	}
+	for _, name := range names {
+		s := ComponentStatus{Name: "node/" + name, Detail: "unknown (API server down)"}
+		if c, err := n.apiClient(); err == nil {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := c.probe(pctx); err != nil {
-				s.Detail = "running, not ready: " + err.Error()
+			if err := c.nodeReady(pctx, name); err != nil {
+				s.Detail = err.Error()
 			} else {
-				s.Ready, s.Detail = true, "running, ready"
+				s.Ready, s.Detail = true, "Ready"
 			}
 			cancel()
 		}
 		out = append(out, s)
 	}
-	s := ComponentStatus{Name: "node/" + n.name, Detail: "unknown (API server down)"}
-	if c, err := n.apiClient(); err == nil {
+	return out
+}
+
+func componentStatus(ctx context.Context, name string, l layout, c component) ComponentStatus {
+	s := ComponentStatus{Name: name, LogFile: l.logFile(c.name)}
+	pid, err := proc.Find(l.pidFile(c.name))
+	switch {
+	case err != nil:
+		s.Detail = err.Error()
+	case pid == 0:
+		s.Detail = "stopped"
+	default:
+		s.PID = pid
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := c.nodeReady(pctx, n.name); err != nil {
-			s.Detail = err.Error()
+		if err := c.probe(pctx); err != nil {
+			s.Detail = "running, not ready: " + err.Error()
 		} else {
-			s.Ready, s.Detail = true, "Ready"
+			s.Ready, s.Detail = true, "running, ready"
 		}
 		cancel()
 	}
-	return append(out, s)
+	return s
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -57,6 +58,7 @@ func runVerb(ctx context.Context, verb string, args []string) error {
 	containerdTmpl := fs.String("containerd-config", "", "containerd config template replacing the embedded one")
 	pause := fs.String("pause-binary", "", "static pause program for the sandbox image (default: build e2e/cmd/pause)")
 	timeout := fs.Duration("timeout", 90*time.Second, "readiness timeout per component")
+	workers := fs.String("workers", "", "comma-separated names of more GPU nodes, each with its own containerd, kubelet and namespaces (at most 8)")
 	logFlags.Register(fs, logging.Text)
 	c.Env("tools-bin", "NVINJECT_TOOLS_BIN")
 	if err := c.Parse(args, os.Getenv); err != nil {
@@ -74,6 +76,9 @@ func runVerb(ctx context.Context, verb string, args []string) error {
 		localnode.WithRunDir(*runDir), localnode.WithToolsBin(*toolsBin), localnode.WithNodeName(*nodeName),
 		localnode.WithKubeletConfigTemplate(*kubeletTmpl), localnode.WithContainerdConfigTemplate(*containerdTmpl),
 		localnode.WithPauseBinary(*pause), localnode.WithTimeout(*timeout),
+	}
+	if *workers != "" {
+		opts = append(opts, localnode.WithWorkers(strings.Split(*workers, ",")...))
 	}
 	switch *dropIn {
 	case "none":

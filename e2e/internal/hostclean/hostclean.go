@@ -75,7 +75,7 @@ func KillAndRemoveCgroups(names ...string) error { return removeCgroups(true, na
 
 func removeCgroups(kill bool, names []string) error {
 	var errs []error
-	for _, root := range cgroupRoots() {
+	for _, root := range CgroupRoots() {
 		for _, name := range names {
 			if err := removeTree(filepath.Join(root, name), kill); err != nil {
 				errs = append(errs, err)
@@ -88,7 +88,7 @@ func removeCgroups(kill bool, names []string) error {
 // CgroupsLeft lists which of the named cgroup trees still exist.
 func CgroupsLeft(names ...string) []string {
 	var left []string
-	for _, root := range cgroupRoots() {
+	for _, root := range CgroupRoots() {
 		for _, name := range names {
 			if _, err := os.Stat(filepath.Join(root, name)); err == nil {
 				left = append(left, filepath.Join(root, name))
@@ -98,7 +98,8 @@ func CgroupsLeft(names ...string) []string {
 	return left
 }
 
-func cgroupRoots() []string {
+// CgroupRoots are the cgroup v1 hierarchies' mount points, or the unified hierarchy.
+func CgroupRoots() []string {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		return []string{"/sys/fs/cgroup"}
 	}

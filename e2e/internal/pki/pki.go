@@ -38,6 +38,8 @@ type Request struct {
 	IPs          []net.IP
 	Server       bool
 	Client       bool
+	// Dir is where to write it; default next to the CA.
+	Dir string
 }
 
 // Pair is an issued certificate on disk.
@@ -100,7 +102,10 @@ func (ca *CA) Issue(req Request) (Pair, error) {
 	if err != nil {
 		return Pair{}, fmt.Errorf("sign %s: %w", req.Name, err)
 	}
-	dir := filepath.Dir(ca.CertFile)
+	dir := req.Dir
+	if dir == "" {
+		dir = filepath.Dir(ca.CertFile)
+	}
 	p := Pair{CertFile: filepath.Join(dir, req.Name+".crt"), KeyFile: filepath.Join(dir, req.Name+".key")}
 	return p, writePair(p.CertFile, p.KeyFile, der, key)
 }
