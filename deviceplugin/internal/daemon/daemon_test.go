@@ -69,7 +69,7 @@ func startExpecting(t testing.TB, expect map[string]string, nvml string, args ..
 	r.kubelet = kubelettest.Start(t, r.dir)
 	base := []string{"--nvml=" + nvml, "--kubelet-dir=" + r.dir, "--cdi-spec-dir=" + filepath.Join(r.dir, "cdi"),
 		"--state-dir=" + filepath.Join(r.dir, "state"),
-		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--health-quiet-period=0", "--pod-resources-socket="}
+		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--health-quiet-period=0", "--pod-resources-socket=", "--node-labels=false"}
 	cfg, err := config.Load(append(base, args...), func(string) string { return "" }, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
