@@ -9,8 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/kubeclient"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
@@ -107,4 +109,19 @@ func (p *Publisher) apply(ctx context.Context, labels map[string]string) error {
 		return fmt.Errorf("apply %d GPU labels to Node %s (field manager %s): %w; %s", len(labels), p.node, contract.NodeLabelManager, err, fix)
 	}
 	return nil
+}
+
+// Client is the Nodes of the API server kubeconfig names, or of the pod's
+// service account when it is empty (shared/kubeclient); program is the
+// user agent. Only core/v1: the device plugin needs nothing else.
+func Client(kubeconfig, program string) (Nodes, error) {
+	cfg, err := kubeclient.Config(kubeconfig, program)
+	if err != nil {
+		return nil, err
+	}
+	c, err := typedcorev1.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)
+	}
+	return c.Nodes(), nil
 }

@@ -94,4 +94,5 @@ const (
 	MetricDRAHealthEvents     = "nvinject_dra_health_events_total"
 	MetricDRARegistered       = "nvinject_dra_registered"
 	MetricDRARepublishes      = "nvinject_dra_republishes_total"
+	MetricDRALabelApplies     = "nvinject_dra_node_label_applies_total"
 )

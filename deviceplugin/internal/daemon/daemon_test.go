@@ -65,6 +65,15 @@ func start(t testing.TB, nvml string, args ...string) *rig {
 // expect, each on its socket.
 func startExpecting(t testing.TB, expect map[string]string, nvml string, args ...string) *rig {
 	t.Helper()
+	r := newRig(t, expect, nvml, args...)
+	r.run(t)
+	return r
+}
+
+// newRig is startExpecting's rig before its daemon runs: its test kubelet
+// and configuration (no node labels unless args ask for them).
+func newRig(t testing.TB, expect map[string]string, nvml string, args ...string) *rig {
+	t.Helper()
 	r := &rig{dir: kubelettest.Dir(t), expect: expect}
 	r.kubelet = kubelettest.Start(t, r.dir)
 	base := []string{"--nvml=" + nvml, "--kubelet-dir=" + r.dir, "--cdi-spec-dir=" + filepath.Join(r.dir, "cdi"),
@@ -75,7 +84,6 @@ func startExpecting(t testing.TB, expect map[string]string, nvml string, args ..
 		t.Fatal(err)
 	}
 	r.cfg = cfg
-	r.run(t)
 	return r
 }
 
