@@ -69,6 +69,9 @@ const (
 	DRAAttrType = "type"
 	DRATypeGPU  = "gpu"
 	DRATypeMIG  = "mig"
+	// DRAAttrMIGCapable is whether the GPU (a MIG device's parent) supports
+	// MIG: the node label nvidia.com/mig.capable, per device.
+	DRAAttrMIGCapable = "migCapable"
 	// MIG devices' own attributes and capacity.
 	DRAAttrParentUUID          = "parentUUID"
 	DRAAttrParentIndex         = "parentIndex"
