@@ -19,7 +19,7 @@ type settings struct{ nodeconfig.Config }
 func loadSettings(args []string, getenv func(string) string, stdout, stderr io.Writer) (settings, error) {
 	cmd := cli.New("test", "[flags]", cli.WithOutput(stdout, stderr))
 	c := nodeconfig.Register(cmd, nodeconfig.Defaults{})
-	if err := cmd.Parse(args, getenv); err != nil {
+	if err := cmd.Parse(append([]string{"--node-labels=false"}, args...), getenv); err != nil {
 		return settings{}, err
 	}
 	return settings{*c}, errors.Join(c.Validate()...)

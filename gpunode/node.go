@@ -35,6 +35,7 @@ import (
 	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/mps"
 	"github.com/nvinject/nvinject/gpunode/nodeconfig"
+	"github.com/nvinject/nvinject/gpunode/nodelabels"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -62,6 +63,9 @@ type GPUs struct {
 	// MPS runs the MPS daemons of a plugin that shares by claim
 	// (WithClaimMPS); nil otherwise.
 	MPS *ClaimMPS
+
+	// labels are the node's GPU labels for these GPUs (WithNodeLabels).
+	labels map[string]string
 }
 
 // ClaimMPS runs the MPS control daemons a plugin declares (nvinject-dra:
@@ -131,6 +135,7 @@ type Node struct {
 	mpsDir    string
 	mpsHost   string
 	mps       *mps.Manager
+	labels    *nodelabels.Publisher
 
 	reg     *prometheus.Registry
 	events  *prometheus.CounterVec
@@ -308,6 +313,7 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 	for {
 		gpus, err := n.prepare(node, prev)
 		if err != nil {
+			n.withdrawLabels(ctx)
 			return err
 		}
 		n.state.SetReady()
@@ -337,11 +343,13 @@ func (n *Node) prepare(node gpu.Node, prev *health.Tracker) (GPUs, error) {
 	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(p.published))
 
 	gpus := GPUs{Node: node, Published: p.published, CDIName: p.gen.QualifiedName, Sharing: n.sharing}
+	mpsNow := len(p.shares.mps) > 0
 	switch {
 	case n.claimMPS:
 		// A driver root without MPS refuses MPS claims, not the node.
 		prog, err := n.mpsProgram(node)
 		gpus.MPS = &ClaimMPS{m: n.mps, prog: prog, progErr: err, host: n.mpsHost}
+		mpsNow = err == nil
 	case n.mps != nil:
 		prog, err := n.mpsProgram(node)
 		if err != nil {
@@ -349,6 +357,7 @@ func (n *Node) prepare(node gpu.Node, prev *health.Tracker) (GPUs, error) {
 		}
 		n.mps.Sync(prog, p.shares.daemons)
 	}
+	gpus.labels = n.computeLabels(gpus, mpsNow)
 	gpus.Health = n.newTracker(gpus, prev)
 	for _, f := range n.onPublish {
 		f(gpus)

@@ -47,7 +47,7 @@ func config(t *testing.T, args ...string) nodeconfig.Config {
 	cmd := cli.New("test", "[flags]", cli.WithOutput(io.Discard, io.Discard))
 	c := nodeconfig.Register(cmd, nodeconfig.Defaults{})
 	base := []string{"--nvml=" + nvmlSpec, "--driver-root=" + roots.Get(t, nvmlSpec), "--cdi-spec-dir=" + filepath.Join(dir, "cdi"),
-		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-addr=", "--health-quiet-period=1ms", "--pod-resources-socket="}
+		"--state-dir=" + filepath.Join(dir, "state"), "--metrics-addr=", "--health-quiet-period=1ms", "--pod-resources-socket=", "--node-name=" + testNode}
 	if err := cmd.Parse(append(base, args...), nil); err != nil {
 		t.Fatal(err)
 	}

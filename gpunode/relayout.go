@@ -55,6 +55,7 @@ func (n *Node) round(ctx context.Context, b *backend.Backend, gpus GPUs, layout 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { gpus.Health.Run(ctx, b); return nil })
 	g.Go(func() error { n.recoverOnSignal(ctx, gpus.Health, rescan); return nil })
+	g.Go(func() error { n.publishLabels(ctx, gpus.labels); return nil })
 	g.Go(func() error {
 		var err error
 		next, err = n.watchLayout(ctx, b, publishedSet(gpus.Published), layout, rescan)

@@ -43,6 +43,7 @@ func TestHelmMatchesKustomize(t *testing.T) {
 				"devicePlugin": map[string]any{"pullPolicy": "Never"},
 				"nri":          map[string]any{"pullPolicy": "Never"},
 			},
+			"devicePlugin": localAPIServer(),
 		}},
 	}
 	for _, tc := range tests {
@@ -119,4 +120,13 @@ func TestHelmPassesSharedSettingsToBothDaemons(t *testing.T) {
 		"cdi":          map[string]any{"vendor": "example.com", "class": "accel", "annotationPrefix": "ex.accel"},
 	})
 	checkSharedSettings(t, o, "example.com/accel", "example.com", "accel", "ex.accel")
+}
+
+// localAPIServer is what a daemon needs on the local node to reach its API
+// server (no kube-proxy): hostNetwork and the loopback address.
+func localAPIServer() map[string]any {
+	return map[string]any{"hostNetwork": true, "extraEnv": []any{
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": "16443"},
+	}}
 }

@@ -269,6 +269,7 @@ func localSimValues() map[string]any {
 			"nri":          map[string]any{"pullPolicy": "Never"},
 			"dra":          map[string]any{"pullPolicy": "Never"},
 		},
+		"devicePlugin": localAPIServer(),
 	}
 }
 
@@ -277,10 +278,7 @@ func localSimValues() map[string]any {
 // server's address for nvinject-dra included.
 func TestHelmExpressesLocalSimDRA(t *testing.T) {
 	v := localSimValues()
-	v["dra"] = map[string]any{"hostNetwork": true, "extraEnv": []any{
-		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": "16443"},
-	}}
+	v["dra"] = localAPIServer()
 	h := helmAll(t, v)
 	kout, err := Kustomize("overlays/local-sim-dra")
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 const (
 	devicePlugin = "single-gpu-device-plugin"
 	nri          = "nvinject-nri"
+	// devicePluginAccount labels the device plugin's Node.
+	devicePluginAccount = "nvinject-device-plugin"
 )
 
 // simUUID mirrors shared/gpu/sim.UUID, which the local-sim overlay's default
@@ -43,6 +45,9 @@ type build struct {
 	driverRoot   string
 	// privileged: the device plugin's container, on CDI-only nodes.
 	privileged bool
+	// localAPI: the device plugin on hostNetwork with the API server's
+	// loopback address (the local node has no kube-proxy).
+	localAPI bool
 }
 
 var (
@@ -59,7 +64,7 @@ var (
 		{dir: "overlays/cdi-only-node", selectedGPU: "all", nodeSelector: gpuLabel, images: released, pullPolicy: corev1.PullIfNotPresent, nvml: "real", driverRoot: "/", privileged: true},
 		{dir: "overlays/local-sim", selectedGPU: simUUID("a100-80gb", 0),
 			nodeSelector: map[string]string{"kubernetes.io/hostname": "nvinject-sim-worker"},
-			images:       released, pullPolicy: corev1.PullNever, nvml: "sim:a100-80gb", driverRoot: "/var/lib/nvinject-sim/driver-root"},
+			images:       released, pullPolicy: corev1.PullNever, nvml: "sim:a100-80gb", driverRoot: "/var/lib/nvinject-sim/driver-root", localAPI: true},
 	}
 )
 
@@ -184,11 +189,12 @@ func checkDaemonSet(t *testing.T, name string, ds appsv1.DaemonSet, b build) {
 	if !reflect.DeepEqual(spec.NodeSelector, b.nodeSelector) {
 		t.Errorf("%s: nodeSelector = %v, want %v", name, spec.NodeSelector, b.nodeSelector)
 	}
-	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+	if (spec.HostNetwork && !(name == devicePlugin && b.localAPI)) || spec.HostPID || spec.HostIPC {
 		t.Errorf("%s: shares a host namespace", name)
 	}
-	// nvinject-nri's token creates its audit Events; the device plugin needs none.
-	wantSA := map[string]string{nri: nri}[name]
+	// nvinject-nri's token creates its audit Events, the device plugin's
+	// labels its Node.
+	wantSA := map[string]string{nri: nri, devicePlugin: devicePluginAccount}[name]
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != (wantSA != "") || spec.ServiceAccountName != wantSA {
 		t.Errorf("%s: service account %q, token mounted %v; want %q and a token only for it", name, spec.ServiceAccountName, spec.AutomountServiceAccountToken, wantSA)
 	}
@@ -267,7 +273,9 @@ func checkProbes(t *testing.T, name string, c corev1.Container) {
 	}
 }
 
-// TestDevicePluginEnvIsTheSeeds: the env block is the seed's, verbatim.
+// TestDevicePluginEnvIsTheSeeds: the env block is the seed's, verbatim,
+// then NODE_NAME (the Node the GPU labels go on) and on the local node the
+// API server's loopback address.
 func TestDevicePluginEnvIsTheSeeds(t *testing.T) {
 	seed := []corev1.EnvVar{
 		{Name: "NVIDIA_VISIBLE_DEVICES", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
@@ -275,11 +283,16 @@ func TestDevicePluginEnvIsTheSeeds(t *testing.T) {
 		{Name: "MIG_STRATEGY", Value: "none"},
 		{Name: "DEVICE_LIST_STRATEGY", Value: "cdi-annotations,cdi-cri"},
 		{Name: "DEVICE_ID_STRATEGY", Value: "uuid"},
+		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 	}
 	for _, b := range builds {
 		o := kustomize(t, b.dir)
-		if got := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Env; !reflect.DeepEqual(got, seed) {
-			t.Errorf("%s: env = %+v, want the seed's %+v", b.dir, got, seed)
+		want := seed
+		if b.localAPI {
+			want = append(slices.Clone(seed), corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: "127.0.0.1"}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "16443"})
+		}
+		if got := o.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].Env; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: env = %+v, want %+v", b.dir, got, want)
 		}
 		// nvinject-nri's one variable names the node in its audit Events.
 		if got := o.daemonSets[nri].Spec.Template.Spec.Containers[0].Env; len(got) != 1 || got[0].Name != "NODE_NAME" {
@@ -366,7 +379,7 @@ func TestArgs(t *testing.T) {
 		wantDP := []string{"--nvml=" + b.nvml, "--kubelet-dir=/var/lib/kubelet/device-plugins",
 			"--cdi-spec-dir=/var/run/cdi", "--driver-root=/driver-root", "--host-driver-root=" + b.driverRoot, "--metrics-addr=:9481",
 			"--hook-binary=/var/lib/nvinject/bin/nvinject-cdi-hook", "--pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock",
-			"--sharing-config=/etc/nvinject/sharing/config.yaml", "--mps-dir=/run/nvinject/mps", "--host-mps-dir=/run/nvinject/mps"}
+			"--sharing-config=/etc/nvinject/sharing/config.yaml", "--mps-dir=/run/nvinject/mps", "--host-mps-dir=/run/nvinject/mps", "--node-labels=true"}
 		if !slices.Equal(dp, wantDP) {
 			t.Errorf("%s: device plugin args\n got %v\nwant %v", b.dir, dp, wantDP)
 		}
@@ -471,5 +484,47 @@ func TestNRIAuditAccess(t *testing.T) {
 				t.Errorf("%s DaemonSet: service account %q, NODE_NAME from spec.nodeName %v", nri, spec.ServiceAccountName, env >= 0)
 			}
 		})
+	}
+}
+
+// TestDevicePluginNodeAccess: the device plugin's service account may get
+// and patch nodes and nothing else (its GPU labels on its own Node), in the
+// Kustomize base and overlays and the Helm chart alike; its pod knows its
+// node's name. devicePlugin.nodeLabels=false renders no account, no token
+// and --node-labels=false.
+func TestDevicePluginNodeAccess(t *testing.T) {
+	rendered := map[string]objects{"helm": helm(t, nil)}
+	for _, b := range builds {
+		rendered[b.dir] = kustomize(t, b.dir)
+	}
+	for name, o := range rendered {
+		t.Run(name, func(t *testing.T) {
+			sa := slices.IndexFunc(o.accounts, func(a corev1.ServiceAccount) bool { return a.Name == devicePluginAccount })
+			role := slices.IndexFunc(o.roles, func(r rbacv1.ClusterRole) bool { return r.Name == devicePluginAccount })
+			bind := slices.IndexFunc(o.roleBinds, func(b rbacv1.ClusterRoleBinding) bool { return b.Name == devicePluginAccount })
+			if sa < 0 || role < 0 || bind < 0 {
+				t.Fatalf("service account %d, ClusterRole %d, binding %d: want all of %s", sa, role, bind, devicePluginAccount)
+			}
+			want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "patch"}}}
+			if got := o.roles[role].Rules; !reflect.DeepEqual(got, want) {
+				t.Errorf("ClusterRole %s rules %+v, want %+v", devicePluginAccount, got, want)
+			}
+			rb := o.roleBinds[bind]
+			if rb.RoleRef.Name != devicePluginAccount || len(rb.Subjects) != 1 || rb.Subjects[0].Name != devicePluginAccount || rb.Subjects[0].Namespace != contract.Namespace {
+				t.Errorf("binding %+v", rb)
+			}
+			spec := o.daemonSets[devicePlugin].Spec.Template.Spec
+			if spec.ServiceAccountName != devicePluginAccount || !slices.Contains(spec.Containers[0].Args, "--node-labels=true") {
+				t.Errorf("DaemonSet: service account %q, args %v", spec.ServiceAccountName, spec.Containers[0].Args)
+			}
+		})
+	}
+	off := helm(t, map[string]any{"devicePlugin": map[string]any{"nodeLabels": false}})
+	spec := off.daemonSets[devicePlugin].Spec.Template.Spec
+	if slices.ContainsFunc(off.accounts, func(a corev1.ServiceAccount) bool { return a.Name == devicePluginAccount }) ||
+		spec.ServiceAccountName != "" || spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken ||
+		!slices.Contains(spec.Containers[0].Args, "--node-labels=false") {
+		t.Errorf("nodeLabels=false: accounts %v, pod account %q token %v, args %v; want no account, no token, --node-labels=false",
+			off.accounts, spec.ServiceAccountName, spec.AutomountServiceAccountToken, spec.Containers[0].Args)
 	}
 }

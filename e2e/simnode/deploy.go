@@ -105,8 +105,9 @@ func (d *Deployer) Deploy(ctx context.Context, g GPUs) (Deployment, error) {
 }
 
 // writeKustomization writes the local node's overlay of deploy/overlays/local-sim:
-// the node's own NRI socket, CDI dir and pod-resources dir, the selected GPU
-// and, for a bigger simulated node, its NVML.
+// the node's own NRI socket, CDI dir and pod-resources dir, the API server's
+// address (the device plugin's labels, nvinject-nri's Events), the selected
+// GPU and, for a bigger simulated node, its NVML.
 func (d *Deployer) writeKustomization(dep Deployment) error {
 	// kustomize takes bases only by relative path.
 	base, err := filepath.Rel(dep.Kustomization, filepath.Join(d.repo, "deploy", "overlays", "local-sim"))
@@ -129,6 +130,14 @@ patches:
       spec:
         template:
           spec:
+            # The GPU labels reach the API server on the node's loopback,
+            # as nvinject-nri's audit Events do (below).
+            hostNetwork: true
+            containers:
+              - name: device-plugin
+                env:
+                  - {name: KUBERNETES_SERVICE_HOST, value: "%s"}
+                  - {name: KUBERNETES_SERVICE_PORT, value: "%s"}
             volumes:
               - name: cdi-specs
                 hostPath: {path: %s, type: DirectoryOrCreate}
@@ -174,7 +183,7 @@ patches:
       metadata: {name: %s, namespace: %s}
       data: {selected-gpu-uuid: %s}
 `, d.node.Name(), d.node.RunDir(), base,
-		DevicePlugin, Namespace, d.node.CDIDir(), d.StateDir(), d.node.PodResourcesDir(), d.MPSDir(), d.MPSDir(),
+		DevicePlugin, Namespace, apiHost, strconv.Itoa(apiPort), d.node.CDIDir(), d.StateDir(), d.node.PodResourcesDir(), d.MPSDir(), d.MPSDir(),
 		DevicePlugin, contract.MPSDir, d.MPSDir(),
 		NRIPlugin, Namespace, apiHost, strconv.Itoa(apiPort), filepath.Dir(d.node.NRISocket()), d.node.CDIDir(), d.node.PodResourcesDir(),
 		DevicePlugin, Namespace, dep.selection())

@@ -25,9 +25,9 @@ const HelmRelease = "nvinject"
 // way Deploy's kustomization does: the node's CDI dir, NRI socket, kubelet
 // root dir (pod-resources, plugins_registry and plugins follow it) and
 // state dir, the SIMULATED NVML and driver root, the selected GPU, the
-// imported images, and nvinject-nri and nvinject-dra on hostNetwork pointed
-// at the API server's loopback address (no kube-proxy here), as the
-// kustomization and components/local-sim-dra do.
+// imported images, and the device plugin, nvinject-nri and nvinject-dra on
+// hostNetwork pointed at the API server's loopback address (no kube-proxy
+// here), as the kustomization and components/local-sim-dra do.
 func (d *Deployer) HelmValues(dep Deployment) map[string]any {
 	host, port := d.node.APIServerAddress()
 	apiEnv := []any{
@@ -44,7 +44,7 @@ func (d *Deployer) HelmValues(dep Deployment) map[string]any {
 		"kubelet":      map[string]any{"rootDir": d.node.KubeletRootDir()},
 		"cdi":          map[string]any{"specDir": d.node.CDIDir()},
 		"nri":          map[string]any{"socketPath": d.node.NRISocket(), "hostNetwork": true, "extraEnv": apiEnv},
-		"devicePlugin": map[string]any{"stateDir": d.StateDir(), "mpsDir": d.MPSDir()},
+		"devicePlugin": map[string]any{"stateDir": d.StateDir(), "mpsDir": d.MPSDir(), "hostNetwork": true, "extraEnv": apiEnv},
 		"containerd":   map[string]any{"configPath": d.node.ContainerdConfig(), "dropInDir": filepath.Join(filepath.Dir(d.node.ContainerdConfig()), "conf.d")},
 		"dra":          map[string]any{"hostNetwork": true, "extraEnv": apiEnv},
 	}

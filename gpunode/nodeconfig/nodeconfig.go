@@ -6,6 +6,7 @@ package nodeconfig
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -79,8 +80,16 @@ type Config struct {
 	// and shm directories); HostMPSDir is that directory on the host, which
 	// the CDI specs mount into their clients.
 	MPSDir, HostMPSDir string
+	// NodeName is this node's Node; Kubeconfig the API server's
+	// configuration, empty for the in-cluster service account.
+	NodeName   string
+	Kubeconfig string
+	// NodeLabels publishes the GPU labels (GFD's names) on NodeName.
+	NodeLabels bool
 
 	mig, xids string
+	// apiAlways: the binary needs the API server whatever --node-labels says.
+	apiAlways bool
 }
 
 // Defaults are what the two binaries declare differently.
@@ -89,6 +98,11 @@ type Defaults struct {
 	StateDir          string
 	StateDirUsage     string
 	ResourceNameUsage string
+	// NodeNameUsage says what else --node-name is for; APIAlways that the
+	// binary reaches the API server even with --node-labels=false
+	// (nvinject-dra: its ResourceSlices).
+	NodeNameUsage string
+	APIAlways     bool
 	// MIGStrategy is --mig-strategy's default (empty: none). nvinject-dra
 	// publishes MIG devices by default (mixed): a claim picks a profile by
 	// its attributes, so there is no resource naming to choose.
@@ -120,10 +134,16 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", d.MetricsAddr, "address of /metrics, /healthz and /readyz; empty disables")
 	fs.StringVar(&c.MPSDir, "mps-dir", contract.MPSDir, "directory of the MPS control daemons of GPUs shared through MPS")
 	fs.StringVar(&c.HostMPSDir, "host-mps-dir", "", "the --mps-dir directory's path on the host, which the CDI specs mount into MPS clients (default: --mps-dir)")
+	fs.StringVar(&c.NodeName, "node-name", "", "this node's Node name: "+cmp.Or(d.NodeNameUsage, "the Node the GPU labels are published on")+"; set NODE_NAME from the downward API")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for the API server; empty: in-cluster service account (KUBERNETES_SERVICE_HOST/PORT)")
+	fs.BoolVar(&c.NodeLabels, "node-labels", true, "publish the node's GPU labels in NVIDIA GPU feature discovery's names (nvidia.com/gpu.product, gpu.memory, gpu.count, cuda.driver-version.full, ...) on --node-name by server-side apply, again at every MIG republish; needs get and patch on nodes")
+	c.apiAlways = d.APIAlways
 	c.Log.Register(fs, logging.JSON)
 	// The seed's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("visible-devices", contract.EnvVisibleDevices)
 	cmd.Env("mig-strategy", "MIG_STRATEGY")
+	cmd.Env("node-name", "NODE_NAME")
+	cmd.Env("kubeconfig", "KUBECONFIG")
 	return c
 }
 
@@ -180,8 +200,19 @@ func (c *Config) Validate() []error {
 	if err := validateResourceName(c.ResourceName); err != nil {
 		errs = append(errs, err)
 	}
+	switch {
+	case c.NodeName != "":
+	case c.apiAlways:
+		errs = append(errs, errors.New("--node-name is empty; set NODE_NAME from the downward API (fieldRef spec.nodeName)"))
+	case c.NodeLabels:
+		errs = append(errs, errors.New("--node-name is empty, and --node-labels publishes the GPU labels on that Node; set NODE_NAME from the downward API (fieldRef spec.nodeName), or --node-labels=false"))
+	}
 	return errs
 }
+
+// UsesAPI reports whether the node reaches the API server: to publish its
+// labels, or because the binary always does.
+func (c Config) UsesAPI() bool { return c.NodeLabels || c.apiAlways }
 
 // Logger builds the logger --log-format and --log-level ask for.
 func (c Config) Logger(stderr io.Writer) (*slog.Logger, error) { return c.Log.Logger(stderr) }
@@ -200,6 +231,7 @@ func (c Config) Attrs() []any {
 		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "mig_rescan_interval", c.MIGRescan.String(), "on_nvml_error", c.OnNVMLError,
 		"resource_name", c.ResourceName, "pod_resources_socket", c.PodResourcesSocket, "state_dir", c.StateDir,
 		"metrics_addr", c.MetricsAddr, "mps_dir", c.MPSDir, "host_mps_dir", c.HostMPSDir,
+		"node_name", c.NodeName, "kubeconfig", cmp.Or(c.Kubeconfig, "in-cluster"), "node_labels", c.NodeLabels,
 	}
 }
 

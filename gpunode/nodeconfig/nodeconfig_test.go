@@ -3,6 +3,7 @@ package nodeconfig
 import (
 	"errors"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,10 +16,22 @@ import (
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-// load registers the group on a command, as each binary does, and parses.
+// load registers the group on a command, as each binary does, and parses;
+// NODE_NAME is node-1 unless e says otherwise.
 func load(args []string, e map[string]string) (*Config, error) {
+	return loadWith(Defaults{MetricsAddr: ":1", StateDir: "/state"}, args, e)
+}
+
+func loadWith(d Defaults, args []string, e map[string]string) (*Config, error) {
 	cmd := cli.New("test", "[flags]", cli.WithOutput(io.Discard, io.Discard), cli.WithEnvPrefix("NVINJECT_"))
-	c := Register(cmd, Defaults{MetricsAddr: ":1", StateDir: "/state"})
+	c := Register(cmd, d)
+	if _, ok := e["NODE_NAME"]; !ok {
+		e = maps.Clone(e)
+		if e == nil {
+			e = map[string]string{}
+		}
+		e["NODE_NAME"] = "node-1"
+	}
 	if err := cmd.Parse(args, env(e)); err != nil {
 		return nil, err
 	}
@@ -47,13 +60,12 @@ func TestMIGStrategyDefault(t *testing.T) {
 		{nil, gpuselect.MIGMixed},
 		{map[string]string{"MIG_STRATEGY": "none"}, gpuselect.MIGNone},
 	} {
-		cmd := cli.New("test", "[flags]", cli.WithOutput(io.Discard, io.Discard), cli.WithEnvPrefix("NVINJECT_"))
-		c := Register(cmd, Defaults{MIGStrategy: gpuselect.MIGMixed})
-		if err := cmd.Parse(nil, env(tc.env)); err != nil {
+		c, err := loadWith(Defaults{MIGStrategy: gpuselect.MIGMixed}, nil, tc.env)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := errors.Join(c.Validate()...); err != nil || c.MIGStrategy != tc.want {
-			t.Errorf("env %v: MIG strategy %q, %v; want %q", tc.env, c.MIGStrategy, err, tc.want)
+		if c.MIGStrategy != tc.want {
+			t.Errorf("env %v: MIG strategy %q; want %q", tc.env, c.MIGStrategy, tc.want)
 		}
 	}
 }
@@ -165,4 +177,47 @@ func joinXids(xs []uint64) string {
 		parts[i] = strconv.FormatUint(x, 10)
 	}
 	return strings.Join(parts, ",")
+}
+
+// --node-labels needs the Node's name; so does a binary that always uses
+// the API server, and the command line wins over NODE_NAME and KUBECONFIG.
+func TestNodeNameAndLabels(t *testing.T) {
+	dra := Defaults{APIAlways: true}
+	tests := []struct {
+		name    string
+		d       Defaults
+		args    []string
+		env     map[string]string
+		want    string // error substring; empty: valid
+		usesAPI bool
+	}{
+		{name: "labels by default", env: map[string]string{"NODE_NAME": "n", "KUBECONFIG": "/k"}, usesAPI: true},
+		{name: "labels without a node name", env: map[string]string{"NODE_NAME": ""}, want: "--node-name is empty, and --node-labels publishes"},
+		{name: "no labels, no API", args: []string{"--node-labels=false"}, env: map[string]string{"NODE_NAME": ""}},
+		{name: "no labels from the environment", env: map[string]string{"NODE_NAME": "", "NVINJECT_NODE_LABELS": "false"}},
+		{name: "API always", d: dra, args: []string{"--node-labels=false"}, env: map[string]string{"NODE_NAME": ""}, want: "--node-name is empty; set NODE_NAME"},
+		{name: "API always, named", d: dra, args: []string{"--node-labels=false", "--node-name=n"}, usesAPI: true},
+		{name: "bad bool", args: []string{"--node-labels=maybe"}, want: "node-labels"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := loadWith(tt.d, tt.args, tt.env)
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("error %v; want it to say %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.UsesAPI() != tt.usesAPI {
+				t.Errorf("UsesAPI %v, want %v", c.UsesAPI(), tt.usesAPI)
+			}
+		})
+	}
+	c, err := load([]string{"--node-name=cli", "--kubeconfig=/cli"}, map[string]string{"NODE_NAME": "env", "KUBECONFIG": "/env"})
+	if err != nil || c.NodeName != "cli" || c.Kubeconfig != "/cli" {
+		t.Errorf("node %q kubeconfig %q (%v); want the command line's", c.NodeName, c.Kubeconfig, err)
+	}
 }

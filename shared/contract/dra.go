@@ -69,6 +69,9 @@ const (
 	DRAAttrType = "type"
 	DRATypeGPU  = "gpu"
 	DRATypeMIG  = "mig"
+	// DRAAttrMIGCapable is whether the GPU (a MIG device's parent) supports
+	// MIG: the node label nvidia.com/mig.capable, per device.
+	DRAAttrMIGCapable = "migCapable"
 	// MIG devices' own attributes and capacity.
 	DRAAttrParentUUID          = "parentUUID"
 	DRAAttrParentIndex         = "parentIndex"
@@ -94,4 +97,5 @@ const (
 	MetricDRAHealthEvents     = "nvinject_dra_health_events_total"
 	MetricDRARegistered       = "nvinject_dra_registered"
 	MetricDRARepublishes      = "nvinject_dra_republishes_total"
+	MetricDRALabelApplies     = "nvinject_dra_node_label_applies_total"
 )

@@ -8,6 +8,7 @@ const (
 	MetricHealthEvents   = "nvinject_device_plugin_health_events_total"
 	MetricDeviceHealthy  = "nvinject_device_plugin_device_healthy"
 	MetricRepublishes    = "nvinject_device_plugin_republishes_total"
+	MetricLabelApplies   = "nvinject_device_plugin_node_label_applies_total"
 	MetricNRIInjections  = "nvinject_nri_injections_total"
 	MetricNRIRefusals    = "nvinject_nri_refusals_total"
 	MetricNRICreate      = "nvinject_nri_create_container_seconds"

@@ -39,7 +39,10 @@ type Device struct {
 	MemoryBytes uint64
 	PCIBusID    string
 	// NUMANode is -1 when the platform does not report one.
-	NUMANode   int
+	NUMANode int
+	// MIGCapable is whether the GPU supports MIG at all (NVML answers its
+	// MIG mode); MIGEnabled whether MIG mode is on.
+	MIGCapable bool
 	MIGEnabled bool
 	Node       DeviceNode
 	// Architecture ("Ampere") and ComputeCapability ("8.0") are empty when

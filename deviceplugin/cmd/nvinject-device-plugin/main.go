@@ -26,7 +26,7 @@ import (
 	"github.com/nvinject/nvinject/shared/cli"
 )
 
-const name = "nvinject-device-plugin"
+const name = config.Name
 
 func main() {
 	if slices.Equal(os.Args[1:], []string{"--recover"}) {

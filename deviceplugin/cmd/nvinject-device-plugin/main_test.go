@@ -57,10 +57,11 @@ type proc struct {
 	done   chan error
 }
 
+// launch runs the plugin binary; it has no API server, so no node labels.
 func launch(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(binary, args...), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	p.cmd.Env = append(append(os.Environ(), "NVINJECT_STATE_DIR="+t.TempDir()), env...)
+	p.cmd.Env = append(append(os.Environ(), "NVINJECT_STATE_DIR="+t.TempDir(), "NVINJECT_NODE_LABELS=false"), env...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,9 @@ import (
 	"github.com/nvinject/nvinject/shared/sharing"
 )
 
+// Name is the program name: the user agent and service account.
+const Name = "nvinject-device-plugin"
+
 // IDStrategy says which device IDs kubelet sees.
 type IDStrategy string
 
@@ -62,7 +65,7 @@ func (c Config) Attrs() []any {
 func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
 	var c Config
 	var strategies, idStrategy string
-	cmd := cli.New("nvinject-device-plugin", "[flags]", cli.WithOutput(stdout, stderr), cli.WithEnvPrefix("NVINJECT_"),
+	cmd := cli.New(Name, "[flags]", cli.WithOutput(stdout, stderr), cli.WithEnvPrefix("NVINJECT_"),
 		cli.WithAbout("Publishes the node's selected NVIDIA GPUs to kubelet as an extended resource and answers Allocate with CDI device names only. SIGHUP clears every GPU's Xid and loss marks."))
 	node := nodeconfig.Register(cmd, nodeconfig.Defaults{
 		MetricsAddr:       fmt.Sprintf(":%d", contract.DevicePluginMetricsPort),

@@ -10,7 +10,15 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+// env is m, with NODE_NAME node-1 unless m sets it: the labels' Node.
+func env(m map[string]string) func(string) string {
+	return func(k string) string {
+		if v, ok := m[k]; ok || k != "NODE_NAME" {
+			return v
+		}
+		return "node-1"
+	}
+}
 
 func TestLoadDefaults(t *testing.T) {
 	c, err := Load(nil, env(nil), io.Discard, io.Discard)
@@ -58,6 +66,7 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 		{args: []string{"--plugin-socket=kubelet.sock"}, want: `--plugin-socket="kubelet.sock"`},
 		{args: []string{"--kubelet-dir=/" + strings.Repeat("d", 120)}, want: "unix sockets allow 107"},
 		{args: []string{"extra"}, want: "unexpected arguments"},
+		{env: map[string]string{"NODE_NAME": ""}, want: "set NODE_NAME from the downward API (fieldRef spec.nodeName), or --node-labels=false"},
 		// The GPU node's settings are checked with the plugin's own.
 		{args: []string{"--nvml=cuda", "--plugin-socket=a/b"}, want: `--nvml="cuda"`},
 		{args: []string{"--nvml=cuda", "--plugin-socket=a/b"}, want: `--plugin-socket="a/b"`},
@@ -69,5 +78,20 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 				t.Fatalf("Load(%v, %v) error = %v; want it to contain %s", tt.args, tt.env, err, tt.want)
 			}
 		})
+	}
+}
+
+// Without --node-labels the plugin needs no API server, and so no Node name.
+func TestLoadWithoutNodeLabels(t *testing.T) {
+	c, err := Load([]string{"--node-labels=false"}, env(map[string]string{"NODE_NAME": ""}), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeLabels || c.UsesAPI() {
+		t.Errorf("node labels %v, uses the API %v; want neither", c.NodeLabels, c.UsesAPI())
+	}
+	c, err = Load(nil, env(map[string]string{"NODE_NAME": "gpu-1", "KUBECONFIG": "/etc/kube.conf"}), io.Discard, io.Discard)
+	if err != nil || !c.NodeLabels || c.NodeName != "gpu-1" || c.Kubeconfig != "/etc/kube.conf" {
+		t.Errorf("defaults with NODE_NAME and KUBECONFIG: %+v, %v", c.Config, err)
 	}
 }

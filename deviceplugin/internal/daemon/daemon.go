@@ -27,6 +27,7 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/plugin"
 	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/nodelabels"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
@@ -42,6 +43,9 @@ type Daemon struct {
 	startTimeout time.Duration
 	nodeOpts     []gpunode.Option
 	id           devices.IDFunc
+	nodes        nodelabels.Nodes
+	// err is why the daemon cannot run (its API client), from New.
+	err error
 
 	node  *gpunode.Node
 	ready *httpserve.Readiness
@@ -56,6 +60,10 @@ type Option func(*Daemon)
 func WithNode(opts ...gpunode.Option) Option {
 	return func(d *Daemon) { d.nodeOpts = append(d.nodeOpts, opts...) }
 }
+
+// WithNodes replaces the API client the node's labels are published
+// through (tests); used with --node-labels only.
+func WithNodes(n nodelabels.Nodes) Option { return func(d *Daemon) { d.nodes = n } }
 
 // WithTimings sets the registrar's fallback poll and how long registration
 // waits for health monitoring to arm before it publishes every GPU
@@ -73,14 +81,23 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 	if cfg.IDStrategy == config.IDIndex {
 		d.id = devices.ByIndex
 	}
-	d.node = gpunode.New(cfg.Config, log, append([]gpunode.Option{
+	var labels []gpunode.Option
+	if cfg.NodeLabels {
+		if d.nodes == nil {
+			if d.nodes, d.err = nodelabels.Client(cfg.Kubeconfig, config.Name); d.err != nil {
+				d.err = fmt.Errorf("--node-labels publishes the GPU labels through the API server: %w; or set --node-labels=false, and the plugin needs no API access", d.err)
+			}
+		}
+		labels = append(labels, gpunode.WithNodeLabels(d.nodes, contract.MetricLabelApplies))
+	}
+	d.node = gpunode.New(cfg.Config, log, append(append([]gpunode.Option{
 		gpunode.WithReady(d.protocolReady), gpunode.WithSharing(cfg.Sharing),
 		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
 			Events: contract.MetricHealthEvents, Healthy: contract.MetricDeviceHealthy,
 			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy.", DeviceLabel: "device_id", DeviceID: func(g gpu.Device) string { return d.id(gpuselect.Unit{GPU: g}) },
 		}),
 		gpunode.WithRepublishMetric(contract.MetricRepublishes),
-	}, d.nodeOpts...)...)
+	}, labels...), d.nodeOpts...)...)
 	return d
 }
 
@@ -105,6 +122,9 @@ func (d *Daemon) protocolReady() error {
 // when it returns, and NVML is closed only after the health watch and
 // everything else that uses it stopped.
 func (d *Daemon) Run(ctx context.Context) error {
+	if d.err != nil {
+		return d.err
+	}
 	m := metrics.New(d.node.Registry())
 	return d.node.Run(ctx, func(ctx context.Context, g gpunode.GPUs) error { return d.serve(ctx, g, m) })
 }

@@ -65,17 +65,25 @@ func start(t testing.TB, nvml string, args ...string) *rig {
 // expect, each on its socket.
 func startExpecting(t testing.TB, expect map[string]string, nvml string, args ...string) *rig {
 	t.Helper()
+	r := newRig(t, expect, nvml, args...)
+	r.run(t)
+	return r
+}
+
+// newRig is startExpecting's rig before its daemon runs: its test kubelet
+// and configuration (no node labels unless args ask for them).
+func newRig(t testing.TB, expect map[string]string, nvml string, args ...string) *rig {
+	t.Helper()
 	r := &rig{dir: kubelettest.Dir(t), expect: expect}
 	r.kubelet = kubelettest.Start(t, r.dir)
 	base := []string{"--nvml=" + nvml, "--kubelet-dir=" + r.dir, "--cdi-spec-dir=" + filepath.Join(r.dir, "cdi"),
 		"--state-dir=" + filepath.Join(r.dir, "state"),
-		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--health-quiet-period=0", "--pod-resources-socket="}
+		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--health-quiet-period=0", "--pod-resources-socket=", "--node-labels=false"}
 	cfg, err := config.Load(append(base, args...), func(string) string { return "" }, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.cfg = cfg
-	r.run(t)
 	return r
 }
 

@@ -118,7 +118,7 @@ func runErr(t *testing.T, nvml string, args ...string) error {
 	t.Helper()
 	dir := t.TempDir()
 	base := []string{"--nvml=" + nvml, "--kubelet-dir=" + dir, "--cdi-spec-dir=" + filepath.Join(dir, "cdi"), "--state-dir=",
-		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--pod-resources-socket="}
+		"--driver-root=" + driverRoot(t, nvml), "--metrics-addr=", "--pod-resources-socket=", "--node-labels=false"}
 	cfg, err := config.Load(append(base, args...), func(string) string { return "" }, io.Discard, io.Discard)
 	if err != nil {
 		return err
@@ -201,11 +201,11 @@ func TestTimeSlicingOneReplicaPerContainer(t *testing.T) {
 
 func TestSharingConfigRefused(t *testing.T) {
 	cfg := writeSharing(t, "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n")
-	_, err := config.Load([]string{"--sharing-config=" + cfg}, func(string) string { return "" }, io.Discard, io.Discard)
+	_, err := config.Load([]string{"--node-labels=false", "--sharing-config=" + cfg}, func(string) string { return "" }, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "1 shares nothing") || !strings.Contains(err.Error(), cfg) {
 		t.Errorf("bad sharing config: %v", err)
 	}
-	if _, err := config.Load([]string{"--sharing-config=" + filepath.Join(t.TempDir(), "absent.yaml")}, func(string) string { return "" }, io.Discard, io.Discard); err != nil {
+	if _, err := config.Load([]string{"--node-labels=false", "--sharing-config=" + filepath.Join(t.TempDir(), "absent.yaml")}, func(string) string { return "" }, io.Discard, io.Discard); err != nil {
 		t.Errorf("absent sharing file (its ConfigMap is optional): %v", err)
 	}
 }

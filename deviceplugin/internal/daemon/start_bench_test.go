@@ -71,7 +71,7 @@ func BenchmarkStartToFirstHealthyList(b *testing.B) {
 		dir := kubelettest.Dir(b)
 		k := kubelettest.Start(b, dir)
 		cfg, err := config.Load([]string{"--nvml=" + nvmlSpec, "--kubelet-dir=" + dir, "--cdi-spec-dir=" + filepath.Join(dir, "cdi"),
-			"--state-dir=" + filepath.Join(dir, "state"), "--driver-root=" + root, "--metrics-addr=", "--pod-resources-socket="}, func(string) string { return "" }, io.Discard, io.Discard)
+			"--state-dir=" + filepath.Join(dir, "state"), "--driver-root=" + root, "--metrics-addr=", "--pod-resources-socket=", "--node-labels=false"}, func(string) string { return "" }, io.Discard, io.Discard)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -24,9 +24,6 @@ const Name = "nvinject-dra"
 // Config is nvinject-dra's effective configuration.
 type Config struct {
 	nodeconfig.Config
-	NodeName string
-	// Kubeconfig is empty for the in-cluster configuration.
-	Kubeconfig string
 	// RegistrarDir is kubelet's plugins_registry; PluginDir holds dra.sock.
 	RegistrarDir string
 	PluginDir    string
@@ -41,11 +38,7 @@ type Config struct {
 
 // Attrs renders the configuration for one structured log line.
 func (c Config) Attrs() []any {
-	kube := c.Kubeconfig
-	if kube == "" {
-		kube = "in-cluster"
-	}
-	return append([]any{"driver", contract.DRADriver, "node_name", c.NodeName, "kubeconfig", kube}, append(c.Config.Attrs(),
+	return append([]any{"driver", contract.DRADriver}, append(c.Config.Attrs(),
 		"registrar_dir", c.RegistrarDir, "plugin_dir", c.PluginDir,
 		"hold_resource_endpoint", c.HoldEndpoint, "kubelet_dir", c.KubeletDir, "owner_label", c.OwnerLabel)...)
 }
@@ -67,12 +60,10 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 		StateDirUsage:     "where prepared claims are checkpointed, and the health checkpoint kept (default: <kubelet-plugins-dir>/" + contract.DRADriver + ")",
 		ResourceNameUsage: "extended resource the DeviceClass's extendedResourceName serves (KEP-5004)",
 		MIGStrategy:       gpuselect.MIGMixed,
+		NodeNameUsage:     "the ResourceSlice's node and pool, and the Node the GPU labels are published on",
+		APIAlways:         true,
 	})
 	fs := cmd.Flags()
-	fs.StringVar(&c.NodeName, "node-name", "", "this node's name (the ResourceSlice's node and pool); set NODE_NAME from the downward API")
-	cmd.Env("node-name", "NODE_NAME")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig for the API server; empty: in-cluster service account (KUBERNETES_SERVICE_HOST/PORT)")
-	cmd.Env("kubeconfig", "KUBECONFIG")
 	fs.StringVar(&c.RegistrarDir, "kubelet-registrar-dir", "/var/lib/kubelet/plugins_registry", "kubelet's plugin registration directory (same path inside and outside the container)")
 	fs.StringVar(&c.PluginDir, "kubelet-plugins-dir", "/var/lib/kubelet/plugins", "kubelet's plugins directory; the driver's dra.sock goes in <dir>/"+contract.DRADriver)
 	fs.BoolVar(&c.HoldEndpoint, "hold-resource-endpoint", true, "register an empty device-plugin endpoint for --resource-name in --kubelet-dir: capacity 0 at once after a switch, and Kubernetes 1.37's device manager keeps serving the resource's DRA containers (dra/README.md)")
@@ -88,9 +79,6 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	c.Config = *node
 	if c.HoldEndpoint && !filepath.IsAbs(c.KubeletDir) {
 		errs = append(errs, fmt.Errorf("--kubelet-dir=%s is not an absolute path; give kubelet's device plugin directory, or --hold-resource-endpoint=false", contract.Quote(c.KubeletDir)))
-	}
-	if c.NodeName == "" {
-		errs = append(errs, errors.New("--node-name is empty; set NODE_NAME from the downward API (fieldRef spec.nodeName)"))
 	}
 	for flagName, dir := range map[string]string{"--kubelet-registrar-dir": c.RegistrarDir, "--kubelet-plugins-dir": c.PluginDir} {
 		if !filepath.IsAbs(dir) {

@@ -49,6 +49,8 @@ type Daemon struct {
 
 	node  *gpunode.Node
 	ready *httpserve.Readiness
+	// err is why the daemon cannot run (its API client), from New.
+	err error
 }
 
 // Option configures a Daemon.
@@ -84,7 +86,14 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 	for _, o := range opts {
 		o(d)
 	}
-	d.node = gpunode.New(cfg.Config, log, append([]gpunode.Option{
+	if d.client == nil {
+		d.client, d.err = kubeapi.NewClient(cfg.Kubeconfig, config.Name)
+	}
+	var labels []gpunode.Option
+	if cfg.NodeLabels && d.err == nil {
+		labels = append(labels, gpunode.WithNodeLabels(d.client.CoreV1().Nodes(), contract.MetricDRALabelApplies))
+	}
+	d.node = gpunode.New(cfg.Config, log, append(append([]gpunode.Option{
 		gpunode.WithReady(d.ready.Ready), gpunode.WithClaimMPS(),
 		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
 			Events: contract.MetricDRAHealthEvents, Healthy: contract.MetricDRADeviceHealthy,
@@ -92,7 +101,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 			DeviceID: driver.DeviceName,
 		}),
 		gpunode.WithRepublishMetric(contract.MetricDRARepublishes),
-	}, d.nodeOpts...)...)
+	}, labels...), d.nodeOpts...)...)
 	return d
 }
 
@@ -104,15 +113,11 @@ func (d *Daemon) Ready() error { return d.node.Ready() }
 // Every goroutine it starts has ended when it returns, and NVML is closed
 // only after the health watch and the driver stopped.
 func (d *Daemon) Run(ctx context.Context) error {
-	m := newMetrics(d.node.Registry())
-	client := d.client
-	if client == nil {
-		var err error
-		if client, err = kubeapi.NewClient(d.cfg.Kubeconfig, config.Name); err != nil {
-			return err
-		}
+	if d.err != nil {
+		return d.err
 	}
-	return d.node.Run(ctx, func(ctx context.Context, g gpunode.GPUs) error { return d.serve(ctx, client, g, m) })
+	m := newMetrics(d.node.Registry())
+	return d.node.Run(ctx, func(ctx context.Context, g gpunode.GPUs) error { return d.serve(ctx, d.client, g, m) })
 }
 
 // serve runs the DRA driver over the node's GPUs behind kubelet's plugin

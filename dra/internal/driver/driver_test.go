@@ -59,7 +59,7 @@ func (f *fakeHealth) set(uuid, reason string) {
 }
 
 var node = gpu.Node{DriverVersion: "580.95.05", CUDAVersion: "13.0", Devices: []gpu.Device{
-	{UUID: "GPU-aaa", Index: 0, Minor: 0, Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 80 << 30, PCIBusID: "0000:07:00.0", NUMANode: 0, Architecture: "Ampere", ComputeCapability: "8.0"},
+	{UUID: "GPU-aaa", Index: 0, Minor: 0, Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 80 << 30, PCIBusID: "0000:07:00.0", NUMANode: 0, Architecture: "Ampere", ComputeCapability: "8.0", MIGCapable: true},
 	{UUID: "GPU-bbb", Index: 1, Minor: 1, Name: "NVIDIA A100-SXM4-80GB", MemoryBytes: 80 << 30, PCIBusID: "0000:0f:00.0", NUMANode: -1},
 }}
 
@@ -204,6 +204,9 @@ func TestResourcesAttributesAndTaints(t *testing.T) {
 	}
 	if v := attr("index").IntValue; v == nil || *v != 0 {
 		t.Errorf("index = %v", v)
+	}
+	if v := attr("migCapable").BoolValue; v == nil || !*v {
+		t.Errorf("migCapable = %v, want true (as the node label nvidia.com/mig.capable)", v)
 	}
 	if m := g0.Capacity["memory"].Value; m.Value() != 80<<30 {
 		t.Errorf("memory = %s, want 80Gi", m.String())

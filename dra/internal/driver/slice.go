@@ -111,6 +111,7 @@ func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 		contract.DRAAttrProductName:                     str(g.Device.Name),
 		contract.DRAAttrIndex:                           num(g.Index),
 		contract.DRAAttrMinor:                           num(g.Minor),
+		contract.DRAAttrMIGCapable:                      {BoolValue: &g.MIGCapable},
 		deviceattribute.StandardDeviceAttributePCIBusID: str(g.PCIBusID),
 	}
 	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{

@@ -215,6 +215,7 @@ func (i *Inventory) device(idx int, h nvml.Device, caps *nvcaps.Reader) (gpu.Dev
 	}
 	// MIG is unsupported on many GPUs: treat "not supported" as off.
 	if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS {
+		d.MIGCapable = true
 		d.MIGEnabled = cur == nvml.DEVICE_MIG_ENABLE
 	} else if ret != nvml.ERROR_NOT_SUPPORTED {
 		return d, nvmlErr(fmt.Sprintf("read GPU %s's MIG mode", d.UUID), ret)
