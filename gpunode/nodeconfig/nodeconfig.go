@@ -174,7 +174,7 @@ func (c *Config) Validate() []error {
 	if c.MIGRescan < 0 {
 		errs = append(errs, fmt.Errorf("--mig-rescan-interval=%s is negative; give a duration such as 10s, or 0 to read the MIG layout only at start and on SIGHUP", c.MIGRescan))
 	}
-	if c.NVML != backend.Real {
+	if c.NVML != backend.Real && c.NVML != sim.FromDriverRoot {
 		if _, err := sim.ParseSpec(c.NVML); err != nil {
 			errs = append(errs, fmt.Errorf("--nvml=%s is not valid: use real, or sim:a100-80gb[*N] for a simulated node (%w)", contract.Quote(c.NVML), err))
 		}

@@ -81,6 +81,10 @@ func Open(value string, o Options) (*Backend, error) {
 // With a driver root the node follows the root's simulated MIG state file
 // (sim.StateFile), so every process opening the root sees one MIG layout.
 func OpenSimulated(value string, o Options) (*Backend, *sim.Node, error) {
+	value, err := sim.Resolve(value, o.DriverRoot)
+	if err != nil {
+		return nil, nil, err
+	}
 	spec, err := sim.ParseSpec(value)
 	if err != nil {
 		return nil, nil, err

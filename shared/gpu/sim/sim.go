@@ -31,6 +31,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +54,33 @@ import (
 // "sim:a100-80gb*8,mig=3:3g.40gb+3g.40gb" (and two GPU instances),
 // "sim:a100-80gb,driver=535.261.03" (the driver version NVML reports).
 const Prefix = "sim:"
+
+// FromDriverRoot is the --nvml value of a SIMULATED node that its driver root names:
+// the value in NodeFile there. One DaemonSet then simulates each node's own GPUs, as
+// one DaemonSet finds each real node's GPUs.
+const FromDriverRoot = Prefix + "driver-root"
+
+// NodeFile in a SIMULATED node's driver root holds its --nvml value (one line).
+const NodeFile = "usr/share/nvinject/simulated-node"
+
+// Resolve returns value, or for FromDriverRoot the value root's NodeFile holds.
+func Resolve(value, root string) (string, error) {
+	if value != FromDriverRoot {
+		return value, nil
+	}
+	if root == "" {
+		return "", fmt.Errorf("--nvml=%s needs --driver-root: the simulated node is named in the driver root's %s", value, NodeFile)
+	}
+	data, err := os.ReadFile(filepath.Join(root, NodeFile))
+	if err != nil {
+		return "", fmt.Errorf("--nvml=%s: read the simulated node from the driver root: %w; write its sim:… value there, or give --nvml=sim:…", value, err)
+	}
+	v := strings.TrimSpace(string(data))
+	if v == FromDriverRoot || !IsSim(v) {
+		return "", fmt.Errorf("--nvml=%s: %s holds %s; want a sim:… value such as sim:a100-80gb*8", value, filepath.Join(root, NodeFile), strconv.Quote(v))
+	}
+	return v, nil
+}
 
 // UVMMajor is the major the simulation gives /dev/nvidia-uvm (dynamic on a
 // real host, read from /proc/devices there).

@@ -3,6 +3,8 @@ package sim_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -192,5 +194,35 @@ func TestLookup(t *testing.T) {
 		if err != nil || ok != want {
 			t.Errorf("%s: ok=%v err=%v", path, ok, err)
 		}
+	}
+}
+
+func TestResolveFromDriverRoot(t *testing.T) {
+	root := t.TempDir()
+	if v, err := sim.Resolve("sim:a100-80gb", ""); err != nil || v != "sim:a100-80gb" {
+		t.Fatalf("a plain value: %q, %v; want it unchanged", v, err)
+	}
+	if _, err := sim.Resolve(sim.FromDriverRoot, ""); err == nil {
+		t.Error("no driver root: want an error naming --driver-root")
+	}
+	if _, err := sim.Resolve(sim.FromDriverRoot, root); err == nil || !strings.Contains(err.Error(), sim.NodeFile) {
+		t.Errorf("no node file: %v; want an error naming %s", err, sim.NodeFile)
+	}
+	for _, bad := range []string{"real", sim.FromDriverRoot, ""} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, sim.NodeFile)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, sim.NodeFile), []byte(bad+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sim.Resolve(sim.FromDriverRoot, root); err == nil {
+			t.Errorf("node file holding %q: want an error", bad)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, sim.NodeFile), []byte("sim:h100-80gb*8\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := sim.Resolve(sim.FromDriverRoot, root); err != nil || v != "sim:h100-80gb*8" {
+		t.Errorf("Resolve = %q, %v; want sim:h100-80gb*8", v, err)
 	}
 }
