@@ -21,7 +21,7 @@
 // instances, and "sim:h200-141gb*8,mig=0+1:1g.18gb*7/4:7g.141gb" lays out
 // GPUs 0, 1 and 4. A layout must fit its GPU as the driver would place it;
 // ParseSpec says what does not fit and what would. Every GPU and MIG
-// device UUID derives from the model, index, GI and CI, so a value names
+// device UUID derives from the model (and host=), index, GI and CI, so a value names
 // the same devices in every process.
 package sim
 
@@ -52,7 +52,8 @@ import (
 // Prefix marks a simulated --nvml value: "sim:a100-80gb", "sim:a100-80gb*8",
 // "sim:a100-80gb*8,mig=3" (GPU 3 with MIG mode on),
 // "sim:a100-80gb*8,mig=3:3g.40gb+3g.40gb" (and two GPU instances),
-// "sim:a100-80gb,driver=535.261.03" (the driver version NVML reports).
+// "sim:a100-80gb,driver=535.261.03" (the driver version NVML reports),
+// "sim:a100-80gb*8,host=node-3" (UUIDs of their own, for a fleet).
 const Prefix = "sim:"
 
 // FromDriverRoot is the --nvml value of a SIMULATED node that its driver root names:
@@ -134,6 +135,17 @@ type Spec struct {
 	MIG   []MIGLayout
 	// Driver is the driver version NVML reports; "" for DriverVersion.
 	Driver string
+	// Host seeds the GPUs' UUIDs (host=NAME), so simulated nodes of one model in a
+	// fleet have distinct GPUs, as real ones do; "" keeps the model's UUIDs.
+	Host string
+}
+
+// uuidModel is what the GPUs' UUIDs derive from.
+func (s Spec) uuidModel() string {
+	if s.Host == "" {
+		return s.Model
+	}
+	return s.Host + "/" + s.Model
 }
 
 // MIGLayout is one mig= entry: GPUs whose MIG mode is on, and the
@@ -184,6 +196,9 @@ func (s Spec) String() string {
 	}
 	if s.Driver != "" {
 		out += ",driver=" + s.Driver
+	}
+	if s.Host != "" {
+		out += ",host=" + s.Host
 	}
 	return out
 }
@@ -255,8 +270,13 @@ func ParseSpec(v string) (Spec, error) {
 				return Spec{}, fmt.Errorf("--nvml=%q: driver=%q is older than the simulation knows (branch %d and later)", v, val, cudaByBranch[0].branch)
 			}
 			s.Driver = val
+		case "host":
+			if val == "" || strings.ContainsAny(val, "/, ") {
+				return Spec{}, fmt.Errorf("--nvml=%q: host=%q must be a name without '/', ',' or spaces, such as the node's name", v, val)
+			}
+			s.Host = val
 		default:
-			return Spec{}, fmt.Errorf("--nvml=%q: unknown option %q; the options are %s and driver=VERSION", v, k, migSyntax)
+			return Spec{}, fmt.Errorf("--nvml=%q: unknown option %q; the options are %s, driver=VERSION and host=NAME", v, k, migSyntax)
 		}
 	}
 	return s, nil
@@ -406,7 +426,7 @@ func New(spec Spec, opts ...Option) *Node {
 	}
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)
-		dev.UUID = UUID(spec.Model, i)
+		dev.UUID = UUID(spec.uuidModel(), i)
 		dev.PciBusID = BusID(i)
 		n.wireDevice(dev)
 		n.wireHealthQueries(dev)

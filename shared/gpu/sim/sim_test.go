@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
@@ -224,5 +226,44 @@ func TestResolveFromDriverRoot(t *testing.T) {
 	}
 	if v, err := sim.Resolve(sim.FromDriverRoot, root); err != nil || v != "sim:h100-80gb*8" {
 		t.Errorf("Resolve = %q, %v; want sim:h100-80gb*8", v, err)
+	}
+}
+
+func TestHostSeedsUUIDs(t *testing.T) {
+	uuids := func(v string) []string {
+		t.Helper()
+		spec, err := sim.ParseSpec(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.String() != v {
+			t.Errorf("ParseSpec(%q).String() = %q; want it back", v, spec.String())
+		}
+		n := sim.New(spec)
+		var out []string
+		for i := range 2 {
+			d, ret := n.NVML().DeviceGetHandleByIndex(i)
+			if ret != nvml.SUCCESS {
+				t.Fatalf("device %d: %v", i, ret)
+			}
+			u, _ := d.GetUUID()
+			out = append(out, u)
+		}
+		return out
+	}
+	plain, a, b := uuids("sim:a100-80gb*2"), uuids("sim:a100-80gb*2,host=node-a"), uuids("sim:a100-80gb*2,host=node-b")
+	if plain[0] != sim.UUID("a100-80gb", 0) {
+		t.Errorf("without host= GPU 0 is %s; want the model's %s", plain[0], sim.UUID("a100-80gb", 0))
+	}
+	if a[0] == plain[0] || a[0] == b[0] || a[1] == b[1] || a[0] == a[1] {
+		t.Errorf("host= must give each node its own UUIDs: plain %v, node-a %v, node-b %v", plain, a, b)
+	}
+	if again := uuids("sim:a100-80gb*2,host=node-a"); again[0] != a[0] {
+		t.Errorf("host=node-a names %s, then %s; want the same in every process", a[0], again[0])
+	}
+	for _, bad := range []string{"sim:a100-80gb,host=", "sim:a100-80gb,host=a/b"} {
+		if _, err := sim.ParseSpec(bad); err == nil {
+			t.Errorf("ParseSpec(%q): want an error", bad)
+		}
 	}
 }
