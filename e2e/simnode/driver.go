@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/nvinject/nvinject/e2e/driverroot"
+	shareddriverroot "github.com/nvinject/nvinject/shared/driverroot"
 )
 
 // Simulated is the Driver layout of the SIMULATED driver root: placeholder
@@ -79,16 +80,20 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // writeRealDriverRoot copies the real root into DriverRoot (emptied by the
 // caller) and adds the SIMULATED GPUs' facts file that nvidia-smi-sim reads,
 // for nvml with the real root's driver version. The real nvidia-smi stays.
-func (d *Deployer) writeRealDriverRoot(ctx context.Context, nvml string) error {
-	if out, err := exec.CommandContext(ctx, "cp", "-a", d.driver.Source+"/.", DriverRoot+"/").CombinedOutput(); err != nil {
-		return fmt.Errorf("copy the real driver root %s to %s: %w: %s", d.driver.Source, DriverRoot, err, out)
+func (d *Deployer) writeRealDriverRoot(ctx context.Context, dir, nvml string, drv Driver) error {
+	if out, err := exec.CommandContext(ctx, "cp", "-a", drv.Source+"/.", dir+"/").CombinedOutput(); err != nil {
+		return fmt.Errorf("copy the real driver root %s to %s: %w: %s", drv.Source, dir, err, out)
+	}
+	version, ok, err := shareddriverroot.DriverVersion(drv.Source)
+	if err != nil || !ok {
+		return fmt.Errorf("driver version of the real root %s (found: %t): %v; rebuild it with make driver-root", drv.Source, ok, err)
 	}
 	tmp, err := os.MkdirTemp("", "nvinject-simfacts-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	withDriver := nvml + ",driver=" + driverroot.DriverVersion
+	withDriver := nvml + ",driver=" + version.Version
 	out, err := exec.CommandContext(ctx, d.Bin("nvinject-cdi"), "simulate-driver-root", "--nvml="+withDriver,
 		"--smi="+d.Bin("nvidia-smi-sim"), tmp).CombinedOutput()
 	if err != nil {
@@ -98,7 +103,7 @@ func (d *Deployer) writeRealDriverRoot(ctx context.Context, nvml string) error {
 	if err != nil {
 		return fmt.Errorf("simulated GPU facts for %s: %w", withDriver, err)
 	}
-	dst := filepath.Join(DriverRoot, SimFacts)
+	dst := filepath.Join(dir, SimFacts)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 
 // WriteDriverRoot writes the driver root for nvml (sim:a100-80gb[*N]) at
@@ -17,33 +19,48 @@ import (
 // Driver, a copy of NVIDIA's user space plus the SIMULATED GPUs' facts file;
 // otherwise the SIMULATED root, with nvidia-smi-sim as its nvidia-smi.
 func (d *Deployer) WriteDriverRoot(ctx context.Context, nvml string) error {
-	if err := os.MkdirAll(DriverRoot, 0o755); err != nil {
-		return fmt.Errorf("create driver root %s: %w", DriverRoot, err)
+	if err := d.writeDriverRootAt(ctx, DriverRoot, nvml, d.driver); err != nil {
+		return err
 	}
-	// Empty it in place: it may be the mount point shareDriverRoot made.
-	entries, err := os.ReadDir(DriverRoot)
+	return shareDriverRoot()
+}
+
+// writeDriverRootAt writes the driver root for nvml from drv into dir (emptied in place:
+// it may be a mount point) and names nvml in its sim.NodeFile, for --nvml=sim:driver-root.
+func (d *Deployer) writeDriverRootAt(ctx context.Context, dir, nvml string, drv Driver) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create driver root %s: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("read driver root %s: %w", DriverRoot, err)
+		return fmt.Errorf("read driver root %s: %w", dir, err)
 	}
 	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(DriverRoot, e.Name())); err != nil {
-			return fmt.Errorf("empty driver root %s: %w", DriverRoot, err)
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("empty driver root %s: %w", dir, err)
 		}
 	}
-	if d.driver.Real() {
-		if err := d.writeRealDriverRoot(ctx, nvml); err != nil {
+	if drv.Real() {
+		if err := d.writeRealDriverRoot(ctx, dir, nvml, drv); err != nil {
 			return err
 		}
-		d.log.Info("real driver root copied, simulated GPU facts added", "dir", DriverRoot, "layout", d.driver.Layout, "from", d.driver.Source, "nvml", nvml)
-		return shareDriverRoot()
+		d.log.Info("real driver root copied, simulated GPU facts added", "dir", dir, "layout", drv.Layout, "from", drv.Source, "nvml", nvml)
+	} else {
+		out, err := exec.CommandContext(ctx, d.Bin("nvinject-cdi"), "simulate-driver-root", "--nvml="+nvml,
+			"--smi="+d.Bin("nvidia-smi-sim"), dir).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("write simulated driver root %s: %w: %s; run `make build`", dir, err, out)
+		}
+		d.log.Info("simulated driver root written", "dir", dir, "nvml", nvml)
 	}
-	out, err := exec.CommandContext(ctx, d.Bin("nvinject-cdi"), "simulate-driver-root", "--nvml="+nvml,
-		"--smi="+d.Bin("nvidia-smi-sim"), DriverRoot).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("write simulated driver root %s: %w: %s; run `make build`", DriverRoot, err, out)
+	node := filepath.Join(dir, sim.NodeFile)
+	if err := os.MkdirAll(filepath.Dir(node), 0o755); err != nil {
+		return err
 	}
-	d.log.Info("simulated driver root written", "dir", DriverRoot, "nvml", nvml)
-	return shareDriverRoot()
+	if err := os.WriteFile(node, []byte(nvml+"\n"), 0o644); err != nil {
+		return fmt.Errorf("name the simulated node in %s: %w", node, err)
+	}
+	return nil
 }
 
 // shareDriverRoot bind-mounts DriverRoot onto itself as a shared mount. The

@@ -23,7 +23,7 @@ var busyboxApplets = []string{"sh", "sleep", "ls", "cat", "env", "grep"}
 // ImportImages imports the daemons' release images (`make images`) and packs
 // the vLLM stand-in and busybox test images as OCI archives under
 // <run dir>/nvinject-images, importing them into the node's containerd
-// (there is no registry). With the real driver root the vLLM stand-in's
+// and every worker's (there is no registry). With the real driver root the vLLM stand-in's
 // image is Debian bookworm (see vllmImage).
 func (d *Deployer) ImportImages(ctx context.Context) error {
 	for _, a := range releaseArchives {
@@ -31,7 +31,7 @@ func (d *Deployer) ImportImages(ctx context.Context) error {
 		if _, err := os.Stat(archive); err != nil {
 			return fmt.Errorf("release image %s: %w; run `make images`", archive, err)
 		}
-		if err := d.node.ImportImage(ctx, archive); err != nil {
+		if err := d.importEverywhere(ctx, archive); err != nil {
 			return err
 		}
 	}
@@ -61,7 +61,20 @@ func (d *Deployer) ImportImages(ctx context.Context) error {
 		if err := img.WriteArchiveFile(archive); err != nil {
 			return fmt.Errorf("write image archive %s: %w", archive, err)
 		}
-		if err := d.node.ImportImage(ctx, archive); err != nil {
+		if err := d.importEverywhere(ctx, archive); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// importEverywhere imports archive into every node's containerd.
+func (d *Deployer) importEverywhere(ctx context.Context, archive string) error {
+	if err := d.node.ImportImage(ctx, archive); err != nil {
+		return err
+	}
+	for _, w := range d.node.Workers() {
+		if err := w.ImportImage(ctx, archive); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,129 @@
+// Package fleet runs nvinject on several real local nodes under one control plane
+// (localnode.WithWorkers): both paths side by side, GPUs chosen by model, nodes moved,
+// upgraded and broken one at a time. FLEET_NODES=3 (make e2e-fleet) adds a third node.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nvinject/nvinject/e2e/localnode"
+	"github.com/nvinject/nvinject/e2e/simnode"
+	"github.com/nvinject/nvinject/shared/contract"
+)
+
+// runDir differs from the scenarios' so a leftover of either is never the other's.
+const runDir = "/tmp/nvinject-flt"
+
+var (
+	suite   *simnode.Deployer
+	nodes   []simnode.FleetNode
+	skipWhy string
+)
+
+// fleetNodes is the fleet: node 1 device plugin on A100s, node 2 DRA on H100s, and
+// with FLEET_NODES=3 a third device-plugin node on A100s.
+func fleetNodes(n int) []simnode.FleetNode {
+	out := []simnode.FleetNode{
+		{Name: localnode.DefaultNodeName, NVML: "sim:a100-80gb*8,host=" + localnode.DefaultNodeName, Mode: contract.DRAModeDevicePlugin},
+		{Name: localnode.DefaultNodeName + "-2", NVML: "sim:h100-80gb*8,host=" + localnode.DefaultNodeName + "-2", Mode: contract.DRAModeDRA},
+	}
+	if n >= 3 {
+		out = append(out, simnode.FleetNode{Name: localnode.DefaultNodeName + "-3", NVML: "sim:a100-80gb*8,host=" + localnode.DefaultNodeName + "-3", Mode: contract.DRAModeDevicePlugin})
+	}
+	return out
+}
+
+func TestMain(m *testing.M) { os.Exit(runMain(m)) }
+
+func runMain(m *testing.M) int {
+	start := time.Now()
+	defer func() { fmt.Printf("fleet: suite total %s\n", time.Since(start).Round(time.Millisecond)) }()
+	tools := os.Getenv("NVINJECT_TOOLS_BIN")
+	repo, _ := filepath.Abs("../..")
+	bin := os.Getenv("NVINJECT_BIN")
+	if bin == "" {
+		bin = filepath.Join(repo, "bin")
+	}
+	switch {
+	case tools == "":
+		skipWhy = "NVINJECT_TOOLS_BIN is unset: run `make e2e` or `make e2e-fleet`"
+	case os.Geteuid() != 0:
+		skipWhy = "the local nodes need root (namespaces, mounts, cgroups, runc)"
+	default:
+		if _, err := os.Stat(filepath.Join(bin, "nvinject-device-plugin")); err != nil {
+			skipWhy = fmt.Sprintf("nvinject programs missing in %s: run `make build`: %v", bin, err)
+		} else if err := simnode.CheckNoOtherNode(runDir); err != nil {
+			skipWhy = err.Error()
+		}
+	}
+	if skipWhy != "" {
+		fmt.Println("fleet: skipping:", skipWhy)
+		return m.Run()
+	}
+	count := 2
+	if os.Getenv("FLEET_NODES") == "3" {
+		count = 3
+	}
+	nodes = fleetNodes(count)
+	var workers []string
+	for _, n := range nodes[1:] {
+		workers = append(workers, n.Name)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	drv, err := simnode.ChooseDriver(ctx, os.Getenv("DRIVER_LAYOUT"), os.Stderr)
+	if err != nil {
+		fmt.Println("fleet: driver root:", err)
+		return 1
+	}
+	fmt.Printf("fleet: %s\n", drv)
+	node := localnode.New(localnode.WithRunDir(runDir), localnode.WithToolsBin(tools), localnode.WithLogger(log),
+		localnode.WithContainerdDropIn(filepath.Join(repo, "deploy", "containerd", "nvinject.toml")),
+		localnode.WithPauseBinary(filepath.Join(bin, "pause")), localnode.WithTimeout(2*time.Minute),
+		localnode.WithWorkers(workers...), localnode.WithNodeLocalDirs(simnode.FleetNodeLocalDirs()...))
+	defer func() {
+		if err := errors.Join(node.Down(context.Background()), simnode.RemoveDriverRoot()); err != nil {
+			fmt.Println("fleet: tear down:", err)
+		}
+	}()
+	t0 := time.Now()
+	if err := node.Up(ctx); err != nil {
+		fmt.Println("fleet: nodes up:", err)
+		return 1
+	}
+	fmt.Printf("fleet: %d nodes up in %s\n", len(nodes), time.Since(t0).Round(time.Millisecond))
+	d, err := simnode.New(node, simnode.WithRepoRoot(repo), simnode.WithBinDir(bin), simnode.WithToolsBin(tools),
+		simnode.WithLogger(log), simnode.WithDriver(drv))
+	if err == nil {
+		t0 = time.Now()
+		err = d.ImportImages(ctx)
+		fmt.Printf("fleet: images imported into %d nodes in %s\n", len(nodes), time.Since(t0).Round(time.Millisecond))
+	}
+	if err == nil {
+		t0 = time.Now()
+		_, err = d.DeployFleet(ctx, nodes, 4*time.Minute)
+	}
+	if err != nil {
+		fmt.Println("fleet: deploy nvinject:", err)
+		return 1
+	}
+	fmt.Printf("fleet: nvinject deployed, every node publishing, in %s\n", time.Since(t0).Round(time.Millisecond))
+	suite = d
+	return m.Run()
+}
+
+func need(t testing.TB) *simnode.Deployer {
+	t.Helper()
+	if suite == nil {
+		t.Skip(skipWhy)
+	}
+	return suite
+}
