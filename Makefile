@@ -49,7 +49,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # Packages that need root, the pinned node tools or a whole local node.
-NODE_ONLY := -e '/e2e/scenarios$$' -e '/e2e/localnode$$' -e '/e2e/cmd/nvinject-injbench$$'
+NODE_ONLY := -e '/e2e/scenarios$$' -e '/e2e/fleet$$' -e '/e2e/localnode$$' -e '/e2e/cmd/nvinject-injbench$$'
 .PHONY: unit
 unit: ## unit tests only: no root, no tools build, no local node
 	NVINJECT_TOOLS_BIN= $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))

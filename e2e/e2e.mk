@@ -17,10 +17,17 @@ demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, 
 	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) -mode $(MODE) $(if $(MIG),-mig $(MIG)) $(if $(filter 1,$(KEEP)),-keep)
 
 # make e2e: the GPU scenarios on one shared node (the doctor's fault tests
-# run under make test).
+# run under make test), then the fleet scenarios on two nodes, one per path.
 .PHONY: e2e
 e2e: build images tools helm ## the GPU scenarios on the real local node (root)
 	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
+	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 15m $(MODULE)/e2e/fleet/
+
+# make e2e-fleet: the fleet scenarios on three real local nodes (24 GPUs): node 1
+# device plugin on A100s, node 2 DRA on H100s, node 3 device plugin on A100s.
+.PHONY: e2e-fleet
+e2e-fleet: build images tools helm ## the fleet scenarios on three real local nodes under one control plane (root)
+	FLEET_NODES=3 DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 15m $(MODULE)/e2e/fleet/
 
 # make bench-node: pod create to Running through DRA (both ways of asking)
 # against the device plugin's, BENCH_NODE_N pods a path, on the local node;

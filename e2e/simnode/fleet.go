@@ -224,3 +224,22 @@ patches:
 	}
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644)
 }
+
+// FleetSimDebug POSTs to the simulation-only /debug/sim/<action> of the owner of
+// node's GPUs (the device plugin's or nvinject-dra's pod on that node).
+func (d *Deployer) FleetSimDebug(ctx context.Context, n FleetNode, action, query string) error {
+	ds, port := DevicePlugin, DevicePluginMetricsPort
+	if n.Mode == contract.DRAModeDRA {
+		ds, port = DRADaemonSet, contract.DRAMetricsPort
+	}
+	pods, err := d.kube.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=" + ds, FieldSelector: "spec.nodeName=" + n.Name})
+	if err != nil {
+		return err
+	}
+	if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+		return fmt.Errorf("%s on %s: %d pods, want one with an IP", ds, n.Name, len(pods.Items))
+	}
+	_, err = httpDo(ctx, "POST", fmt.Sprintf("http://%s:%d/debug/sim/%s?%s", pods.Items[0].Status.PodIP, port, action, query))
+	return err
+}
