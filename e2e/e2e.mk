@@ -12,9 +12,12 @@
 # node: DRIVER_LAYOUT=flat (default) or debian; DRIVER_LAYOUT=simulated, or an
 # unreachable Debian archive, uses the simulated driver root instead.
 MODE ?= device-plugin
-.PHONY: demo
+.PHONY: demo demo-fleet
+demo-fleet: ## make demo NODES=3: three real nodes, both paths side by side
+	$(MAKE) demo NODES=3
+
 demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed (MODE=device-plugin|dra, MIG=single|mixed), the vLLM stand-in, the evidence
-	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) -mode $(MODE) $(if $(MIG),-mig $(MIG)) $(if $(filter 1,$(KEEP)),-keep)
+	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) -mode $(MODE) $(if $(MIG),-mig $(MIG)) $(if $(NODES),-nodes $(NODES)) $(if $(filter 1,$(KEEP)),-keep)
 
 # make e2e: the GPU scenarios on one shared node (the doctor's fault tests
 # run under make test), then the fleet scenarios on two nodes, one per path.

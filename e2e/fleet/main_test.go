@@ -15,7 +15,6 @@ import (
 
 	"github.com/nvinject/nvinject/e2e/localnode"
 	"github.com/nvinject/nvinject/e2e/simnode"
-	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // runDir differs from the scenarios' so a leftover of either is never the other's.
@@ -26,19 +25,6 @@ var (
 	nodes   []simnode.FleetNode
 	skipWhy string
 )
-
-// fleetNodes is the fleet: node 1 device plugin on A100s, node 2 DRA on H100s, and
-// with FLEET_NODES=3 a third device-plugin node on A100s.
-func fleetNodes(n int) []simnode.FleetNode {
-	out := []simnode.FleetNode{
-		{Name: localnode.DefaultNodeName, NVML: "sim:a100-80gb*8,host=" + localnode.DefaultNodeName, Mode: contract.DRAModeDevicePlugin},
-		{Name: localnode.DefaultNodeName + "-2", NVML: "sim:h100-80gb*8,host=" + localnode.DefaultNodeName + "-2", Mode: contract.DRAModeDRA},
-	}
-	if n >= 3 {
-		out = append(out, simnode.FleetNode{Name: localnode.DefaultNodeName + "-3", NVML: "sim:a100-80gb*8,host=" + localnode.DefaultNodeName + "-3", Mode: contract.DRAModeDevicePlugin})
-	}
-	return out
-}
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
@@ -71,7 +57,7 @@ func runMain(m *testing.M) int {
 	if os.Getenv("FLEET_NODES") == "3" {
 		count = 3
 	}
-	nodes = fleetNodes(count)
+	nodes = simnode.DemoFleet(localnode.DefaultNodeName, count)
 	var workers []string
 	for _, n := range nodes[1:] {
 		workers = append(workers, n.Name)

@@ -243,3 +243,49 @@ func (d *Deployer) FleetSimDebug(ctx context.Context, n FleetNode, action, query
 	_, err = httpDo(ctx, "POST", fmt.Sprintf("http://%s:%d/debug/sim/%s?%s", pods.Items[0].Status.PodIP, port, action, query))
 	return err
 }
+
+// DemoFleet is the local fleet of n nodes (2 or 3) the demo and the fleet scenarios
+// run: node 1 the device plugin on 8 A100-80GB, node 2 nvinject-dra on 8 H100-80GB
+// (go-nvml's DGX H100 GPUs), node 3 the device plugin on 8 A100-80GB. Names are
+// first's, then first-2, first-3; every node's GPUs have UUIDs of their own.
+func DemoFleet(first string, n int) []FleetNode {
+	out := []FleetNode{
+		{Name: first, NVML: "sim:a100-80gb*8,host=" + first, Mode: contract.DRAModeDevicePlugin},
+		{Name: first + "-2", NVML: "sim:h100-80gb*8,host=" + first + "-2", Mode: contract.DRAModeDRA},
+		{Name: first + "-3", NVML: "sim:a100-80gb*8,host=" + first + "-3", Mode: contract.DRAModeDevicePlugin},
+	}
+	return out[:min(max(n, 1), len(out))]
+}
+
+// RunVLLMReplicas applies the vLLM stand-in scaled to replicas and returns its pods
+// once all are Ready.
+func (d *Deployer) RunVLLMReplicas(ctx context.Context, replicas int, timeout time.Duration) ([]corev1.Pod, error) {
+	if _, err := d.kube.Kubectl(ctx, "", "apply", "-k", d.VLLMKustomization()); err != nil {
+		return nil, fmt.Errorf("apply the vLLM stand-in: %w", err)
+	}
+	if _, err := d.kube.Kubectl(ctx, "", "-n", "default", "scale", "deployment/vllm-demo", fmt.Sprintf("--replicas=%d", replicas)); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var ready []corev1.Pod
+	err := Poll(ctx, 500*time.Millisecond, func(ctx context.Context) error {
+		pods, err := d.kube.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: VLLMSelector})
+		if err != nil {
+			return err
+		}
+		ready = ready[:0]
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					ready = append(ready, p)
+				}
+			}
+		}
+		if len(ready) != replicas {
+			return fmt.Errorf("%d of %d vLLM pods Ready (%s)", len(ready), replicas, podStates(pods.Items))
+		}
+		return nil
+	})
+	return ready, err
+}

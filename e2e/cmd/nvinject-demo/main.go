@@ -34,6 +34,7 @@ type config struct {
 	mode                             mode
 	mig                              string
 	keep                             bool
+	nodes                            int
 }
 
 // migNodes are the SIMULATED node and what it publishes for each -mig: the
@@ -82,12 +83,14 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	flag.BoolVar(&c.keep, "keep", false, "leave the node up (KEEP=1)")
 	flag.StringVar(&c.layout, "driver-layout", "", "driver root on the node: flat (default) or debian for NVIDIA's REAL user space (make driver-root), simulated for the placeholder root (DRIVER_LAYOUT)")
 	flag.StringVar(&c.mig, "mig", "none", "MIG on the SIMULATED node: none, single (an A100 split into seven 1g.10gb MIG devices, published as nvidia.com/gpu) or mixed (GPU 0 whole, GPU 1 as 3g.40gb + 2x1g.10gb) (MIG)")
+	flag.IntVar(&c.nodes, "nodes", 1, "nodes: 1 (the one-node demo), or 2-3 for a fleet under one control plane, both paths side by side (NODES)")
 	flag.Var(&c.mode, "mode", "who hands the GPU to kubelet: `"+contract.DRAModeDevicePlugin+"|"+contract.DRAModeDRA+"`; dra labels the node "+contract.DRAModeLabel+"="+contract.DRAModeDRA+" for nvinject-dra (MODE)")
 	cmd.Env("tools-bin", "NVINJECT_TOOLS_BIN")
 	cmd.Env("driver-layout", "DRIVER_LAYOUT")
 	cmd.Env("mode", "MODE")
 	cmd.Env("keep", "KEEP")
 	cmd.Env("mig", "MIG")
+	cmd.Env("nodes", "NODES")
 	if err := cmd.Parse(args, getenv); err != nil {
 		return config{}, err
 	}
@@ -96,6 +99,12 @@ func parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	}
 	if _, ok := migNodes[c.mig]; !ok && c.mig != "none" {
 		return config{}, cli.Usagef("-mig=%q: use none, single or mixed", c.mig)
+	}
+	if c.nodes < 1 || c.nodes > 3 {
+		return config{}, cli.Usagef("-nodes=%d: use 1, 2 or 3", c.nodes)
+	}
+	if c.nodes > 1 && (c.mig != "none" || c.mode != contract.DRAModeDevicePlugin) {
+		return config{}, cli.Usagef("-nodes=%d: the fleet sets each node's path itself (node 2 is DRA); leave MIG and MODE unset", c.nodes)
 	}
 	if c.mig != "none" && c.mode == contract.DRAModeDRA {
 		return config{}, cli.Usagef("-mig=%s with -mode=dra: the demo shows MIG on the device plugin path; run MIG=%s with MODE=device-plugin", c.mig, c.mig)
@@ -146,6 +155,9 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 	}
 	if err := simnode.CheckNoOtherNode(c.runDir); err != nil {
 		return err
+	}
+	if c.nodes > 1 {
+		return runFleet(ctx, c, out)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	start := time.Now()
