@@ -91,12 +91,29 @@ func Running(pid int, binary string) bool {
 	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
 		return false
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
+	if binary == "" {
+		return true
 	}
-	argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-	return binary == "" || string(argv0) == binary
+	argv0, ok := argv0(pid)
+	return ok && argv0 == binary
+}
+
+// argv0 reads pid's program name. Start returns once the exec has closed
+// its close-on-exec files, which the kernel does before it lays out the new
+// argv: for that moment the cmdline reads empty, so an empty one is read
+// again for a short while before it counts.
+func argv0(pid int) (string, bool) {
+	for try := 0; ; try++ {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			return "", false
+		}
+		if len(cmdline) > 0 || try == 50 {
+			argv0, _, _ := bytes.Cut(cmdline, []byte{0})
+			return string(argv0), true
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Stop sends SIGTERM to the process in pidFile, waits up to grace, then kills its
