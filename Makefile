@@ -33,6 +33,7 @@ CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
 	$(MODULE)/dra/cmd/... \
 	$(MODULE)/doctor/cmd/... \
+	$(MODULE)/fleet/cmd/... \
 	$(MODULE)/nri/cmd/... \
 	$(MODULE)/deploy/cmd/... \
 	$(MODULE)/e2e/cmd/...
@@ -70,7 +71,7 @@ STATICCHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nvinject/staticcheck-$(STA
 $(STATICCHECK):
 	GOBIN=$(dir $@) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-GO_MODULES := shared cdi gpunode deviceplugin dra doctor nri deploy e2e
+GO_MODULES := shared cdi gpunode deviceplugin dra doctor fleet nri deploy e2e
 
 .PHONY: lint
 lint: $(STATICCHECK) modcheck ## gofmt, go vet, staticcheck (pinned) and the module checks over the workspace
