@@ -66,6 +66,8 @@ type GPUs struct {
 
 	// labels are the node's GPU labels for these GPUs (WithNodeLabels).
 	labels map[string]string
+	// specPath is the node's CDI spec file for these GPUs.
+	specPath string
 }
 
 // ClaimMPS runs the MPS control daemons a plugin declares (nvinject-dra:
@@ -342,7 +344,7 @@ func (n *Node) prepare(node gpu.Node, prev *health.Tracker) (GPUs, error) {
 	}
 	n.log.Info("CDI spec ready", "path", path, "rewritten", changed, "gpus", len(p.published))
 
-	gpus := GPUs{Node: node, Published: p.published, CDIName: p.gen.QualifiedName, Sharing: n.sharing}
+	gpus := GPUs{Node: node, Published: p.published, CDIName: p.gen.QualifiedName, Sharing: n.sharing, specPath: path}
 	mpsNow := len(p.shares.mps) > 0
 	switch {
 	case n.claimMPS:

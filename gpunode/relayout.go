@@ -56,6 +56,7 @@ func (n *Node) round(ctx context.Context, b *backend.Backend, gpus GPUs, layout 
 	g.Go(func() error { gpus.Health.Run(ctx, b); return nil })
 	g.Go(func() error { n.recoverOnSignal(ctx, gpus.Health, rescan); return nil })
 	g.Go(func() error { n.publishLabels(ctx, gpus.labels); return nil })
+	g.Go(func() error { return n.watchDriver(ctx, gpus) })
 	g.Go(func() error {
 		var err error
 		next, err = n.watchLayout(ctx, b, publishedSet(gpus.Published), layout, rescan)

@@ -41,6 +41,10 @@ const DefaultIgnoredXids = "13,31,43,45,68,109"
 // calls per GPU each time.
 const DefaultMIGRescan = 10 * time.Second
 
+// DefaultDriverCheck is --driver-check-interval's default: a few stats of
+// the driver root's library links.
+const DefaultDriverCheck = 5 * time.Second
+
 // DefaultPodResourcesSocket is kubelet's PodResources socket.
 const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
@@ -63,7 +67,10 @@ type Config struct {
 	QuietPeriod    time.Duration
 	// MIGRescan is how often the MIG layout is read again for a republish;
 	// 0 reads it only at start and on SIGHUP.
-	MIGRescan   time.Duration
+	MIGRescan time.Duration
+	// DriverCheck is how often the driver root's version is compared with
+	// the spec's; 0 never.
+	DriverCheck time.Duration
 	OnNVMLError string
 	// ResourceName is the extended resource nvidia.com/gpu: what the device
 	// plugin publishes and nvinject-dra's DeviceClass serves.
@@ -127,6 +134,7 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.xids, "ignored-xids", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
 	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
 	fs.DurationVar(&c.MIGRescan, "mig-rescan-interval", DefaultMIGRescan, "how often the MIG layout (MIG mode, MIG devices) is read again: a changed published set is republished (CDI spec, then kubelet) without a restart; SIGHUP also reads it; 0 reads it only at start and on SIGHUP")
+	fs.DurationVar(&c.DriverCheck, "driver-check-interval", DefaultDriverCheck, "how often the driver root's driver version is read: once it differs from the one the CDI spec was made for (a driver upgrade), readyz says so, the stale spec is removed and the daemon exits for the DaemonSet to restart it on the new driver; 0 never checks")
 	fs.StringVar(&c.OnNVMLError, "on-nvml-error", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, d.ResourceNameUsage)
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", DefaultPodResourcesSocket, "kubelet's PodResources socket, polled every second: a GPU that a pod got through the other path (device plugin or DRA) is not handed out until that pod ends, and while the socket cannot be read no GPU is (fail closed); empty disables, leaving GPUs the other path holds unprotected")
@@ -170,6 +178,9 @@ func (c *Config) Validate() []error {
 	}
 	if c.QuietPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--health-quiet-period=%s is negative; give a duration such as 5m, or 0 to recover only on SIGHUP", c.QuietPeriod))
+	}
+	if c.DriverCheck < 0 {
+		errs = append(errs, fmt.Errorf("--driver-check-interval=%s is negative; give a duration such as 5s, or 0 not to follow driver upgrades", c.DriverCheck))
 	}
 	if c.MIGRescan < 0 {
 		errs = append(errs, fmt.Errorf("--mig-rescan-interval=%s is negative; give a duration such as 10s, or 0 to read the MIG layout only at start and on SIGHUP", c.MIGRescan))
@@ -228,7 +239,7 @@ func (c Config) Attrs() []any {
 		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", contract.CDIKind(c.CDIVendor, c.CDIClass),
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
-		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "mig_rescan_interval", c.MIGRescan.String(), "on_nvml_error", c.OnNVMLError,
+		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "mig_rescan_interval", c.MIGRescan.String(), "driver_check_interval", c.DriverCheck.String(), "on_nvml_error", c.OnNVMLError,
 		"resource_name", c.ResourceName, "pod_resources_socket", c.PodResourcesSocket, "state_dir", c.StateDir,
 		"metrics_addr", c.MetricsAddr, "mps_dir", c.MPSDir, "host_mps_dir", c.HostMPSDir,
 		"node_name", c.NodeName, "kubeconfig", cmp.Or(c.Kubeconfig, "in-cluster"), "node_labels", c.NodeLabels,
