@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -99,3 +100,23 @@ const (
 	MetricDRARepublishes      = "nvinject_dra_republishes_total"
 	MetricDRALabelApplies     = "nvinject_dra_node_label_applies_total"
 )
+
+// DRASemVer turns NVIDIA's dotted versions ("580.95.05", "13.0", "8.0") into
+// the semantic versions a DRA VersionValue attribute carries ("580.95.5", "13.0.0", "8.0.0").
+func DRASemVer(v string) (string, bool) {
+	parts := strings.Split(v, ".")
+	if v == "" || len(parts) > 3 {
+		return "", false
+	}
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	for i, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 64)
+		if err != nil {
+			return "", false
+		}
+		parts[i] = strconv.FormatUint(n, 10)
+	}
+	return fmt.Sprintf("%s.%s.%s", parts[0], parts[1], parts[2]), true
+}

@@ -247,15 +247,6 @@ func TestTaintValue(t *testing.T) {
 	}
 }
 
-func TestSemVer(t *testing.T) {
-	for in, want := range map[string]string{"580.95.05": "580.95.5", "13.0": "13.0.0", "8": "8.0.0", "": "", "1.2.3.4": "", "5.x": ""} {
-		got, ok := driver.SemVer(in)
-		if got != want || ok != (want != "") {
-			t.Errorf("SemVer(%q) = %q, %v; want %q", in, got, ok, want)
-		}
-	}
-}
-
 // The health stream sends a full report at once, again on a change, and
 // again within the resend interval.
 func TestWatchHealthStatus(t *testing.T) {

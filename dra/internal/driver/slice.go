@@ -1,9 +1,7 @@
 package driver
 
 import (
-	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -133,7 +131,7 @@ func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 		}
 	}
 	version := func(name, v string) {
-		if sv, ok := SemVer(v); ok {
+		if sv, ok := contract.DRASemVer(v); ok {
 			attrs[resourceapi.QualifiedName(name)] = resourceapi.DeviceAttribute{VersionValue: &sv}
 		}
 	}
@@ -148,26 +146,6 @@ func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 		attrs[deviceattribute.StandardDeviceAttributeNUMANode] = num(g.NUMANode)
 	}
 	return resourceapi.Device{Name: g.Name, Attributes: attrs, Capacity: capacity, ConsumesCounters: d.consumes(g)}
-}
-
-// SemVer turns NVIDIA's dotted versions ("580.95.05", "13.0", "8.0") into
-// the semantic versions VersionValue needs ("580.95.5", "13.0.0", "8.0.0").
-func SemVer(v string) (string, bool) {
-	parts := strings.Split(v, ".")
-	if v == "" || len(parts) > 3 {
-		return "", false
-	}
-	for len(parts) < 3 {
-		parts = append(parts, "0")
-	}
-	for i, p := range parts {
-		n, err := strconv.ParseUint(p, 10, 64)
-		if err != nil {
-			return "", false
-		}
-		parts[i] = strconv.FormatUint(n, 10)
-	}
-	return fmt.Sprintf("%s.%s.%s", parts[0], parts[1], parts[2]), true
 }
 
 // SetHeld replaces the set of GPUs and MIG devices that pods given them by
