@@ -59,6 +59,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nvinject/nvinject/deploy v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/doctor v0.0.0-00010101000000-000000000000
+	github.com/nvinject/nvinject/fleet v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/gpunode v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/shared v0.0.0-00010101000000-000000000000
 	github.com/spf13/pflag v1.0.10 // indirect
@@ -89,6 +90,7 @@ replace (
 	github.com/nvinject/nvinject/cdi => ../cdi
 	github.com/nvinject/nvinject/deploy => ../deploy
 	github.com/nvinject/nvinject/doctor => ../doctor
+	github.com/nvinject/nvinject/fleet => ../fleet
 	github.com/nvinject/nvinject/gpunode => ../gpunode
 	github.com/nvinject/nvinject/shared => ../shared
 )

@@ -174,6 +174,12 @@ func (m *Mover) Upgrade(ctx context.Context, node, version, command string) (Rep
 		if got := n.Labels[contract.GFDLabelDriverVersion]; got != version {
 			return fmt.Errorf("node %s reports driver %q (label %s), want %s", node, got, contract.GFDLabelDriverVersion, version)
 		}
+		if mode == contract.DRAModeDRA {
+			// The slices of the daemon before the restart stay until the new one republishes.
+			if err := m.slicesOnDriver(ctx, node, version); err != nil {
+				return err
+			}
+		}
 		return m.ownerReady(ctx, node, mode)
 	})
 }
@@ -226,6 +232,13 @@ func (m *Mover) procedure(ctx context.Context, r *Report, n *corev1.Node, change
 	}
 	if err := step("evict", func() (string, error) { return m.evict(ctx, pods) }); err != nil {
 		return fail(err)
+	}
+	if r.Action == "move" && r.To == contract.DRAModeDevicePlugin {
+		// An evicted pod's claim stays allocated until kubelet unprepares it and the
+		// claim controller releases it; the device plugin must not hand out its GPU before.
+		if err := step("claims", func() (string, error) { return m.claimsReleased(ctx, r.Node) }); err != nil {
+			return fail(err)
+		}
 	}
 	if err := step(r.Action, func() (string, error) { return change(ctx) }); err != nil {
 		return fail(err)
@@ -356,6 +369,26 @@ func (m *Mover) evict(ctx context.Context, pods []corev1.Pod) (string, error) {
 	return fmt.Sprintf("%d GPU pod(s) evicted: %v", len(pods), podNames(pods)), nil
 }
 
+// claimsReleased waits until no DRA claim is allocated from node's devices any more.
+func (m *Mover) claimsReleased(ctx context.Context, node string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	err := m.until(ctx, func(ctx context.Context) error {
+		_, claims, err := m.gpuPods(ctx, node)
+		if err != nil {
+			return err
+		}
+		if len(claims) > 0 {
+			return fmt.Errorf("DRA claims %v still allocated on %s after their pods left: check kubelet's and nvinject-dra's logs for a failed unprepare", claims, node)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return "no DRA claim holds a GPU of the node", nil
+}
+
 // ownerReady returns nil once the node's owner for mode has a Ready pod on it and the
 // node publishes GPUs on that path.
 func (m *Mover) ownerReady(ctx context.Context, node, mode string) error {
@@ -419,6 +452,41 @@ func (m *Mover) oldOwnerGone(ctx context.Context, node, mode string) error {
 		}
 		if n > 0 {
 			return fmt.Errorf("%s still publishes %d devices for %s", contract.DRADriver, n, node)
+		}
+		return nil
+	}
+	// Until kubelet reports the device plugin's resource gone (its next node status
+	// update), the scheduler would place nvidia.com/gpu pods on the device-plugin path
+	// and kubelet would refuse them at admission.
+	n, err := m.c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for r, q := range n.Status.Allocatable {
+		if strings.HasPrefix(string(r), contract.CDIVendor+"/") && q.Value() > 0 {
+			return fmt.Errorf("node %s still reports %s allocatable %d from the device plugin", node, r, q.Value())
+		}
+	}
+	return nil
+}
+
+// slicesOnDriver returns nil once every device node's slices publish has version as
+// its driverVersion attribute.
+func (m *Mover) slicesOnDriver(ctx context.Context, node, version string) error {
+	list, err := m.c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node + ",spec.driver=" + contract.DRADriver})
+	if err != nil {
+		return err
+	}
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			a, ok := d.Attributes[contract.DRAAttrDriverVersion]
+			want, _ := contract.DRASemVer(version)
+			if got := ""; !ok || a.VersionValue == nil || *a.VersionValue != want {
+				if ok && a.VersionValue != nil {
+					got = *a.VersionValue
+				}
+				return fmt.Errorf("ResourceSlice %s device %s still publishes driver %q, want %s", s.Name, d.Name, got, version)
+			}
 		}
 	}
 	return nil

@@ -7,10 +7,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -60,7 +62,7 @@ func runVerb(ctx context.Context, verb string, args []string, getenv func(string
 	asJSON := fs.Bool("json", false, "print the reports as JSON")
 	logFlags.Register(fs, logging.Text)
 	c.Env("kubeconfig", "KUBECONFIG")
-	if err := c.Parse(args, getenv); err != nil {
+	if err := c.Parse(flagsFirst(fs, args), getenv); err != nil {
 		return err
 	}
 	var nodes []string
@@ -125,6 +127,37 @@ func runVerb(ctx context.Context, verb string, args []string, getenv func(string
 		printReports(stdout, reports)
 	}
 	return err
+}
+
+// flagsFirst moves the positional arguments after the flags, so that
+// `move NODE --to=dra` reads as kubectl's `drain NODE --force` does.
+func flagsFirst(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(append(flags, "--"), append(pos, args[i+1:]...)...)
+		case !strings.HasPrefix(a, "-") || a == "-":
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil && i+1 < len(args) {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				i++
+				flags = append(flags, args[i])
+			}
+		}
+	}
+	if len(pos) == 0 {
+		return flags
+	}
+	return append(append(flags, "--"), pos...)
 }
 
 func printReports(w io.Writer, reports []move.Report) {
