@@ -299,17 +299,19 @@ func TestUnreachableArchive(t *testing.T) {
 	// An empty cache, so nothing is reused, and a mirror nobody listens on.
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	t.Setenv("NVINJECT_DEBIAN_MIRROR", "http://127.0.0.1:9/debian")
-	before := hostAptState(t)
-	_, err := Root(context.Background(), Flat)
-	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Root = %v, want ErrUnavailable", err)
-	}
-	// apt-get update ran with the private configuration only.
-	if after := hostAptState(t); after != before {
-		t.Errorf("the host's apt state changed:\nbefore %s\nafter  %s", before, after)
-	}
-	if !strings.Contains(err.Error(), "fix:") {
-		t.Errorf("error does not say how to fix it: %v", err)
+	for _, v := range Versions() {
+		before := hostAptState(t)
+		_, err := RootOf(context.Background(), v, Flat)
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("RootOf %s = %v, want ErrUnavailable", v, err)
+		}
+		// apt-get update ran with the private configuration only.
+		if after := hostAptState(t); after != before {
+			t.Errorf("%s: the host's apt state changed:\nbefore %s\nafter  %s", v, before, after)
+		}
+		if !strings.Contains(err.Error(), "fix:") {
+			t.Errorf("%s: error does not say how to fix it: %v", v, err)
+		}
 	}
 }
 
