@@ -4,9 +4,14 @@
 # machines without a GPU. Loading the libraries works; cuInit returns CUDA_ERROR_NO_DEVICE
 # and nvmlInit NVML_ERROR_DRIVER_NOT_LOADED (see /work/shared/notes/real-driver.md).
 #
-#   e2e/driverroot/build.sh [--layout debian|flat]   build if missing, print the root last
-#   e2e/driverroot/build.sh --print-root             print the root's path only
+#   e2e/driverroot/build.sh [--version V] [--layout debian|flat]   build if missing, print the root last
+#   e2e/driverroot/build.sh [--version V] [--layout L] --print-root   print the root's path only
 #
+# DRIVER_VERSION (default 535.261.03) picks the driver when --version is not given:
+#   535.261.03  Debian 12 bookworm's packages
+#   550.163.01  Debian 13 trixie's packages. trixie is merged-/usr: the firmware is in
+#               usr/lib/firmware/nvidia/<version>/ and both layouts get the lib -> usr/lib
+#               link a trixie host has, so /lib/firmware/... reaches it as it does there.
 # DRIVER_LAYOUT (default flat) picks the layout when --layout is not given:
 #   debian  as Debian's packages lay it out once installed: libraries in
 #           usr/lib/x86_64-linux-gnu/nvidia/current/, the public names (libcuda.so.1,
@@ -35,48 +40,100 @@
 # sources (e.g. a local mirror).
 set -euo pipefail
 
-DRIVER_VERSION=535.261.03
-SUITES=(bookworm bookworm-updates)
 COMPONENTS=(main contrib non-free non-free-firmware)
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-# package version sha256: exactly what is downloaded and unpacked. nvidia-persistenced is
-# in contrib and bookworm has only 535.171.04 of it; nvidia-alternative is unpacked only
-# for its postinst, which names the /etc/alternatives links of the debian layout.
-PACKAGES=(
-	"libcuda1 535.261.03-1 de1e9ca34164a5983b3f752e6699cf1ad924790f1a843b7d582bab6f99206e1e"
-	"libnvidia-ml1 535.261.03-1 c729da6ab729309dc3f481fe4d38f04ea03b0793154b0962b60117d2f37d082e"
-	"nvidia-smi 535.261.03-1 9b4392fa97957603d96f3cf1141fe78d871f5bcdd2e6bf810bce278cc14cb6d4"
-	"libnvidia-ptxjitcompiler1 535.261.03-1 4e03bb994324a81d1a39d1e3eb0fed3f7f3c31a2b606a6e9110300de4f4fa1a0"
-	"libnvidia-nvvm4 535.261.03-1 74a63c955eb647da46c4d59b9e47a424fff29e4122b06bd8c58b19ff2d3aa5dd"
-	"libnvidia-cfg1 535.261.03-1 a28c8932ee02bcc860d8ab0cdde184339526a4515b476fabfb95190febe32fef"
-	"libnvidia-allocator1 535.261.03-1 5429dcc35b4034a22c9a87ea38e643a124c46a929867abe17b6727364cca12cd"
-	"libcudadebugger1 535.261.03-1 289920bea961585b4f20d39f75cb82c3ba72a7b6bd7b2231a358540bdf5ce556"
-	"nvidia-cuda-mps 535.261.03-1 1341544805aa9c839af45bac5a4bd697cb3eb43105eec439bfba60a8e13ba35a"
-	"libnvidia-pkcs11-openssl3 535.261.03-1 d1b4532c2b447b6611908ae36dc3a4d930b7f810b5b045cc7f6dd3fb1674a417"
-	"nvidia-kernel-support 535.261.03-1 172457cb2e65d377a599f19acaa0ef2726ffd80a4133d215b3349ab7b30cc20c"
-	"libnvcuvid1 535.261.03-1 bb8a9eb5864b8d18b7bc4285e79f62732332749982cb638a6d286cdb294645de"
-	"libnvidia-encode1 535.261.03-1 409c6c3cc1bfe1b2a12dfaa306384c4a561faf37bb2775b0b1412fc98cb0c3d9"
-	"libnvidia-opticalflow1 535.261.03-1 2669cd3f883bda890085ebdf28e814b66ec41c7d9330ce393041dac6001cf125"
-	"firmware-nvidia-gsp 535.261.03-1 ac2e9b2a90a7ba9475ab65d765db781b9c6fc6c6e8c5c838ca911fa1e9939843"
-	"nvidia-persistenced 535.171.04-1~deb12u1 b7edec2139b799211f133f817fb2af9da93490336073fa7aff21a09beb15ac7d"
-	"nvidia-alternative 535.261.03-1 d6f12958f525f3d546a54d11eb2792f6dc94a443a21c6c2c18fb7c765e4e5646"
-)
 LIBDIR=usr/lib/x86_64-linux-gnu
 EXIT_UNAVAILABLE=3
 
+usage() { echo "usage: $0 [--version 535.261.03|550.163.01] [--layout debian|flat] [--print-root]" >&2; exit 2; }
+
+DRIVER_VERSION=${DRIVER_VERSION:-535.261.03}
 layout=${DRIVER_LAYOUT:-flat}
 print_only=0
 while (($#)); do
 	case $1 in
+	--version) DRIVER_VERSION=${2:?--version needs 535.261.03 or 550.163.01}; shift 2 ;;
+	--version=*) DRIVER_VERSION=${1#--version=}; shift ;;
 	--layout) layout=${2:?--layout needs debian or flat}; shift 2 ;;
 	--layout=*) layout=${1#--layout=}; shift ;;
 	--print-root) print_only=1; shift ;;
-	*) echo "usage: $0 [--layout debian|flat] [--print-root]" >&2; exit 2 ;;
+	*) usage ;;
 	esac
 done
 case $layout in
 debian | flat) ;;
 *) echo "driver root: unknown layout '$layout' (DRIVER_LAYOUT=debian or flat)" >&2; exit 2 ;;
+esac
+
+# Per version: SUITES; FIRMWARE, where firmware-nvidia-gsp puts nvidia/<version>/;
+# MERGED_USR, whether the release is merged-/usr (the root then gets lib -> usr/lib);
+# ABOUT, the manifest's lines on where the packages came from; and PACKAGES, "package
+# version sha256": exactly what is downloaded and unpacked. nvidia-alternative is unpacked
+# only for its postinst, which names the /etc/alternatives links of the debian layout.
+case $DRIVER_VERSION in
+535.261.03)
+	SUITES=(bookworm bookworm-updates)
+	FIRMWARE=lib/firmware
+	MERGED_USR=0
+	# nvidia-persistenced is in contrib and bookworm has only 535.171.04 of it.
+	ABOUT=(
+		"From Debian's archive (bookworm: non-free, non-free-firmware, contrib), unpacked with"
+		"dpkg -x; no maintainer scripts ran. nvidia-persistenced is 535.171.04-1~deb12u1, the"
+		"only version in contrib. Without the kernel module cuInit(0) returns 100"
+		"(CUDA_ERROR_NO_DEVICE) and nvmlInit returns 9 (Driver Not Loaded)."
+	)
+	PACKAGES=(
+		"libcuda1 535.261.03-1 de1e9ca34164a5983b3f752e6699cf1ad924790f1a843b7d582bab6f99206e1e"
+		"libnvidia-ml1 535.261.03-1 c729da6ab729309dc3f481fe4d38f04ea03b0793154b0962b60117d2f37d082e"
+		"nvidia-smi 535.261.03-1 9b4392fa97957603d96f3cf1141fe78d871f5bcdd2e6bf810bce278cc14cb6d4"
+		"libnvidia-ptxjitcompiler1 535.261.03-1 4e03bb994324a81d1a39d1e3eb0fed3f7f3c31a2b606a6e9110300de4f4fa1a0"
+		"libnvidia-nvvm4 535.261.03-1 74a63c955eb647da46c4d59b9e47a424fff29e4122b06bd8c58b19ff2d3aa5dd"
+		"libnvidia-cfg1 535.261.03-1 a28c8932ee02bcc860d8ab0cdde184339526a4515b476fabfb95190febe32fef"
+		"libnvidia-allocator1 535.261.03-1 5429dcc35b4034a22c9a87ea38e643a124c46a929867abe17b6727364cca12cd"
+		"libcudadebugger1 535.261.03-1 289920bea961585b4f20d39f75cb82c3ba72a7b6bd7b2231a358540bdf5ce556"
+		"nvidia-cuda-mps 535.261.03-1 1341544805aa9c839af45bac5a4bd697cb3eb43105eec439bfba60a8e13ba35a"
+		"libnvidia-pkcs11-openssl3 535.261.03-1 d1b4532c2b447b6611908ae36dc3a4d930b7f810b5b045cc7f6dd3fb1674a417"
+		"nvidia-kernel-support 535.261.03-1 172457cb2e65d377a599f19acaa0ef2726ffd80a4133d215b3349ab7b30cc20c"
+		"libnvcuvid1 535.261.03-1 bb8a9eb5864b8d18b7bc4285e79f62732332749982cb638a6d286cdb294645de"
+		"libnvidia-encode1 535.261.03-1 409c6c3cc1bfe1b2a12dfaa306384c4a561faf37bb2775b0b1412fc98cb0c3d9"
+		"libnvidia-opticalflow1 535.261.03-1 2669cd3f883bda890085ebdf28e814b66ec41c7d9330ce393041dac6001cf125"
+		"firmware-nvidia-gsp 535.261.03-1 ac2e9b2a90a7ba9475ab65d765db781b9c6fc6c6e8c5c838ca911fa1e9939843"
+		"nvidia-persistenced 535.171.04-1~deb12u1 b7edec2139b799211f133f817fb2af9da93490336073fa7aff21a09beb15ac7d"
+		"nvidia-alternative 535.261.03-1 d6f12958f525f3d546a54d11eb2792f6dc94a443a21c6c2c18fb7c765e4e5646"
+	)
+	;;
+550.163.01)
+	SUITES=(trixie trixie-updates)
+	FIRMWARE=usr/lib/firmware
+	MERGED_USR=1
+	ABOUT=(
+		"From Debian's archive (trixie: non-free, non-free-firmware, contrib), unpacked with"
+		"dpkg -x; no maintainer scripts ran. nvidia-persistenced is 550.163.01-1 (contrib)."
+		"trixie is merged-/usr: lib -> usr/lib as on a trixie host; the firmware is in"
+		"usr/lib/firmware. Without the kernel module cuInit(0) returns 100"
+		"(CUDA_ERROR_NO_DEVICE) and nvmlInit returns 9 (Driver Not Loaded)."
+	)
+	PACKAGES=(
+		"libcuda1 550.163.01-2 8feff97aac61d6f27ded96a3c25b9e68025a680476e6072ff7eaf10623509135"
+		"libnvidia-ml1 550.163.01-2 01c1b67d511d7f52c6aa60e14ed56a8eb725d5dc85784a08214d6cb0f4fd1f89"
+		"nvidia-smi 550.163.01-2 547978bd189284911beace21d83834866026e4d5b2026d8bcb74f6cd147c8be9"
+		"libnvidia-ptxjitcompiler1 550.163.01-2 73ce8da87e13d0cd5a7f5ec3e0b5822f91fe1cc72977542cd9a8354c25d810f4"
+		"libnvidia-nvvm4 550.163.01-2 6b5177372c21edff846caeb98c9bc861eef6799c50c6b590f901d415c231c278"
+		"libnvidia-cfg1 550.163.01-2 785098cf00a896bc44185de78df16ee71bb32f461bfe1909df54ae79c3df4a14"
+		"libnvidia-allocator1 550.163.01-2 d2ccce70e05eb582779b3db25f60443f4ea494e36ac1ca0896119b51529ac74f"
+		"libcudadebugger1 550.163.01-2 84eda607ffad753c26aa76f0a417fc3101087a030b85ea9c721c95d269ab3975"
+		"nvidia-cuda-mps 550.163.01-2 7da3f29e5ad3390d9fddab7042fa6e9a76df85a69d69efc40401df2f83874764"
+		"libnvidia-pkcs11-openssl3 550.163.01-2 39e29abbb943a7a1b0a701650318dc2f81b5f6b2fde52306258155fbc4e7eeb2"
+		"nvidia-kernel-support 550.163.01-2 e6c652d5a006e08855e602f7b45a4d5f3c2f5199acc1918c6da7fb6c144739dd"
+		"libnvcuvid1 550.163.01-2 83b137eca37fe6d4d0c321d57569b9f6081331d0ab25855e1745f468e347487a"
+		"libnvidia-encode1 550.163.01-2 1402d74729927c43598ccf3990f6c0ea4418b3f30c258d435cb7ead56a037720"
+		"libnvidia-opticalflow1 550.163.01-2 12fe492bdb0507a003141ca052c9bcb6a1b57f8236b70aaec3743374b586169e"
+		"firmware-nvidia-gsp 550.163.01-2 e07e243f33cf7066737e3f556f3325a5e57199a9549a93f2158eec3921ea0beb"
+		"nvidia-persistenced 550.163.01-1 a88e0567f0762fa1ccd02daa7e3779d6927141b7ce62c4bbbaae9205e2de332c"
+		"nvidia-alternative 550.163.01-2 39ec2e4872ec620cccac54dd7162834ce3ee2e77bf5c1d38e2dab32467c2b050"
+	)
+	;;
+*) echo "driver root: unknown driver version '$DRIVER_VERSION' (DRIVER_VERSION=535.261.03 or 550.163.01)" >&2; exit 2 ;;
 esac
 
 key=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-12)
@@ -277,7 +334,7 @@ pinned_version() {
 # puts it; the packages' own relative soname links move with their libraries.
 flatten() {
 	local x=$1 r=$2
-	mkdir -p "$r/$LIBDIR/gbm" "$r/usr/bin" "$r/usr/share/man/man1" "$r/lib"
+	mkdir -p "$r/$LIBDIR/gbm" "$r/usr/bin" "$r/usr/share/man/man1" "$r/${FIRMWARE%/*}"
 	local f
 	for f in "$x/$LIBDIR/nvidia/current"/*; do
 		case ${f##*/} in
@@ -291,7 +348,7 @@ flatten() {
 	for f in "$x/$LIBDIR"/*.so*; do mv "$f" "$r/$LIBDIR/"; done
 	mv "$x/usr/lib/nvidia/current/nvidia-smi" "$x"/usr/bin/* "$x"/usr/sbin/* "$r/usr/bin/"
 	mv "$x/usr/lib/nvidia/current/nvidia-smi.1.gz" "$r/usr/share/man/man1/"
-	mv "$x/lib/firmware" "$r/lib/"
+	mv "$x/$FIRMWARE" "$r/$FIRMWARE"
 	mkdir -p "$r/usr/share"
 	mv "$x/usr/share/nvidia" "$r/usr/share/"
 	local left
@@ -323,10 +380,7 @@ write_manifest() {
 	{
 		echo "nvinject test driver root: real NVIDIA driver user space, no kernel module."
 		echo "NVIDIA driver $DRIVER_VERSION, layout $layout, built by e2e/driverroot/build.sh (key $key)."
-		echo "From Debian's archive (bookworm: non-free, non-free-firmware, contrib), unpacked with"
-		echo "dpkg -x; no maintainer scripts ran. nvidia-persistenced is 535.171.04-1~deb12u1, the"
-		echo "only version in contrib. Without the kernel module cuInit(0) returns 100"
-		echo "(CUDA_ERROR_NO_DEVICE) and nvmlInit returns 9 (Driver Not Loaded)."
+		printf '%s\n' "${ABOUT[@]}"
 		echo
 		echo "package version sha256"
 		for p in "${PACKAGES[@]}"; do echo "$p"; done
@@ -351,6 +405,12 @@ flat)
 	flatten "$x" "$r"
 	;;
 esac
+# What a merged-/usr host has (base-files makes it, not the driver's packages): /lib/firmware
+# is where NVIDIA's CDI generator looks for the GSP firmware.
+if ((MERGED_USR)); then
+	[[ ! -e $r/lib ]] || die "$DRIVER_VERSION's packages put files in /lib, but the release is merged-/usr"
+	ln -s usr/lib "$r/lib"
+fi
 mkdir -p "$r/etc"
 run_ldconfig "$r"
 write_manifest "$r"

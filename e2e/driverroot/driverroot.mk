@@ -4,12 +4,14 @@
 NVINJECT_DRIVERROOT_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 NVINJECT_E2E_DIR := $(patsubst %/,%,$(dir $(NVINJECT_DRIVERROOT_DIR)))
 DRIVER_LAYOUT ?= flat
+DRIVER_VERSION ?= 535.261.03
 
-# make driver-root [DRIVER_LAYOUT=flat|debian]: NVIDIA 535.261.03 user space from Debian's
-# archive (private apt state, nothing installed), cached machine-wide.
+# make driver-root [DRIVER_LAYOUT=flat|debian] [DRIVER_VERSION=535.261.03|550.163.01]:
+# NVIDIA's driver user space from Debian's archive (535 from bookworm, 550 from trixie;
+# private apt state, nothing installed), cached machine-wide.
 .PHONY: driver-root
 driver-root:
-	@DRIVER_LAYOUT=$(DRIVER_LAYOUT) $(NVINJECT_DRIVERROOT_DIR)/build.sh
+	@DRIVER_LAYOUT=$(DRIVER_LAYOUT) DRIVER_VERSION=$(DRIVER_VERSION) $(NVINJECT_DRIVERROOT_DIR)/build.sh
 
 # make nvidia-ctk: NVIDIA's nvidia-ctk and nvidia-cdi-hook (v1.20.2), prints the bin dir.
 .PHONY: nvidia-ctk
