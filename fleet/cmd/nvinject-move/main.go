@@ -181,4 +181,3 @@ func printReports(w io.Writer, reports []move.Report) {
 	}
 	tw.Flush()
 }
-
