@@ -29,14 +29,6 @@ func runtimeDirs(c evidence.ContainerdEvidence, dirs []string) []string {
 	return dirs
 }
 
-// specOwner is the daemon that writes the node's CDI spec.
-func specOwner(e evidence.Evidence) evidence.DaemonEvidence {
-	if e.Mode.Mode == contract.DRAModeDRA {
-		return e.DRAPod
-	}
-	return e.PluginPod
-}
-
 // ownSpecPath is where daemon d writes its spec of kind vendor/class: its
 // --cdi-spec-dir (default contract.CDISpecDir) and the name
 // cdi/spec.FileName gives it.
@@ -101,14 +93,14 @@ func collectRuntimeSpecs(ev *evidence.CDIEvidence, dirs []string, own string) {
 		if d := cache.GetDevice(n); d != nil {
 			sd.Winner = d.GetSpec().GetPath()
 		}
-		if lost(sd, own) {
+		if sd.Lost(own) {
 			ev.OwnLost++
 		}
 		all = append(all, sd)
 	}
 	// The daemon's lost devices first, so the bound never hides them.
 	slices.SortStableFunc(all, func(a, b evidence.ShadowedDevice) int {
-		switch la, lb := lost(a, own), lost(b, own); {
+		switch la, lb := a.Lost(own), b.Lost(own); {
 		case la && !lb:
 			return -1
 		case lb && !la:
@@ -119,10 +111,6 @@ func collectRuntimeSpecs(ev *evidence.CDIEvidence, dirs []string, own string) {
 	ev.ShadowedTotal = len(all)
 	ev.Shadowed = all[:min(len(all), maxShadowed)]
 }
-
-// lost says whether the daemon's spec own defines d but is not what the
-// runtime resolves it to.
-func lost(d evidence.ShadowedDevice, own string) bool { return d.Own && d.Winner != own }
 
 // collectDriverRoot reads the driver installed in the driver root: given
 // (--driver-root), else the one daemon d names in its spec, else /.

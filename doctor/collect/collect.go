@@ -88,7 +88,7 @@ func Node(ctx context.Context, o Options) evidence.Evidence {
 	} else {
 		e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, kind), kind)
 		dialMPS(e.CDI.GPUDevices)
-		owner := specOwner(e)
+		owner := e.SpecOwner()
 		collectRuntimeSpecs(&e.CDI, runtimeDirs(e.Containerd, o.CDISpecDirs), ownSpecPath(owner, o.CDIVendor, o.CDIClass))
 		e.DriverRoot = collectDriverRoot(o.DriverRoot, owner)
 	}

@@ -239,7 +239,7 @@ func collectCDI(dirs, wanted []string, kind string) evidence.CDIEvidence {
 	}
 	for path, errs := range cache.GetErrors() {
 		if !loaded[path] {
-			ev.Errors = append(ev.Errors, evidence.SpecError{Path: path, Error: contract.Cut(errors.Join(errs...).Error(), contract.MaxQuoted)})
+			ev.Errors = append(ev.Errors, evidence.SpecError{Path: path, Error: contract.Cut(errors.Join(errs...).Error(), 2*contract.MaxQuoted)})
 		}
 	}
 	slices.SortFunc(ev.Errors, func(a, b evidence.SpecError) int { return strings.Compare(a.Path, b.Path) })

@@ -7,6 +7,7 @@ package evidence
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nvinject/nvinject/shared/contract"
 )
@@ -55,6 +56,15 @@ type DriverRootEvidence struct {
 	// it was read from; both empty when the root holds no NVIDIA driver.
 	Version string `json:"version,omitempty"`
 	File    string `json:"file,omitempty"`
+}
+
+// SpecOwner is the daemon that writes the node's CDI spec: nvinject-dra on
+// a DRA-mode node, else the device plugin.
+func (e Evidence) SpecOwner() DaemonEvidence {
+	if e.Mode.Mode == contract.DRAModeDRA {
+		return e.DRAPod
+	}
+	return e.PluginPod
 }
 
 // GPU is one line of nvidia-smi's query output.
@@ -262,6 +272,14 @@ type ShadowedDevice struct {
 	Winner string `json:"winner,omitempty"`
 	// Own says the daemon's spec (CDIEvidence.OwnSpec) is among Files.
 	Own bool `json:"own,omitempty"`
+}
+
+// Lost says whether the daemon's spec own defines d, for a name nvinject
+// hands out, but the runtime resolves it to another file or to none. Its
+// "all" device is in its spec for hand use only, so losing it is harmless.
+func (d ShadowedDevice) Lost(own string) bool {
+	_, name, _ := strings.Cut(d.Name, "=")
+	return d.Own && d.Winner != own && name != "all"
 }
 
 // CDIDevice is one GPU or MIG device in the CDI specs, with the names it is
