@@ -121,5 +121,5 @@ func fixStaleSpec(d evidence.DaemonEvidence, node, v string) string {
 	if d.Pod != "" {
 		restart = fmt.Sprintf("kubectl -n %s delete pod %s", d.Namespace, d.Pod)
 	}
-	return fmt.Sprintf("the daemon writes its spec for the driver it finds when it starts, and restarts itself when the driver changes; if it has not, restart it (%s) so it writes the spec for driver %s; start no new GPU container on the node until then", restart, v)
+	return fmt.Sprintf("the daemon writes its spec for the driver it finds when it starts, and on a driver change removes it and exits for its DaemonSet to restart it (every --driver-check-interval, 5s by default); if it has not (the check is off, or an older nvinject), restart it (%s) so it writes the spec for driver %s; start no new GPU container on the node until then", restart, v)
 }
