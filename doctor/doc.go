@@ -16,8 +16,9 @@
 //
 // collect (with its I/O helpers ctrdconfig, kubeexec, promtext, smi) reads
 // nvidia-smi, the kubelet device-plugins dir and PodResources, the daemons'
-// /metrics, the CDI spec dirs and MPS control sockets, containerd's config
-// and the API server into an
+// /metrics, the CDI spec dirs (also in containerd's order, for the devices
+// more than one spec defines) and MPS control sockets, the driver root's
+// installed version, containerd's config and the API server into an
 // evidence.Evidence; check judges it with one table of checks per mode
 // (check.DevicePlugin, check.DRA), pure functions that import only
 // evidence; render writes the verdicts. Run wires them for the command and
@@ -52,6 +53,12 @@
 //	                                                                layer points here
 //	unresolvable CDI name (spec removed or    cdi-runtime   broken  name resolves to no device, CreateContainerError text /
 //	  stale, selected UUID not in the spec)                         restart the plugin to rewrite its spec
+//	a spec shadows nvinject's (a leftover of  cdi-runtime   broken  the device, the files defining it in containerd's dir order,
+//	  an earlier install, NVIDIA's toolkit's                        the one containerd takes / remove the named files
+//	  nvidia.yaml) or a spec file is malformed                      (a malformed one is named, the others still judged)
+//	nvinject's spec made from another driver  cdi-runtime   broken  the spec, its nvinject.io/driver-version, the driver root's
+//	  than the driver root's                                        version / the daemon restarts on a driver change, else
+//	                                                                delete its pod; start no GPU container meanwhile
 //	RuntimeClass nvidia missing / no nvidia   cdi-runtime   broken  RuntimeClass or containerd handler absent /
 //	  handler in containerd                                         kubectl apply -k deploy, nvinject-node install-containerd-config
 //	NRI refusal (wrong runtimeClassName,      cdi-runtime   broken  "nvinject: ..." in the container error, refusal metrics /

@@ -47,7 +47,7 @@ var (
 		Reads: "nvinject-nri's pod on the node (state, waiting reason and message, last error, Warning events: FailedMount, BackOff, FailedCreatePodSandBox) and its " + contract.MetricNRIConnected + " metric, containers refused with containerd's `required plugin \"" + contract.NRIPluginName + "\" not present`", Eval: checkInjection}
 	cdiRuntime = Check{Layer: LayerCDIRuntime, Symptom: "CreateContainerError mentioning CDI/runtime",
 		Seed:  "`CreateContainerError` 提到 CDI/runtime → CDI spec、containerd handler、RuntimeClass",
-		Reads: "CDI spec files and whether pods' CDI names resolve (DRA: those of the allocated devices), the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's own refusals (refusals metric, \"nvinject:\" container errors)", Eval: checkCDIRuntime}
+		Reads: "CDI spec files and whether pods' CDI names resolve (DRA: those of the allocated devices), every spec in the dirs containerd reads (in its order) and the devices more than one file defines: which file wins and whether it is nvinject's own spec, the driver version nvinject's spec was made from (" + contract.DriverVersionAnnotation + ") against the driver root's installed one (--driver-root), the RuntimeClass, containerd's config (handler, NRI, cdi_spec_dirs), nvinject-nri's own refusals (refusals metric, \"nvinject:\" container errors)", Eval: checkCDIRuntime}
 	application = Check{Layer: LayerApplication, Symptom: "device present but CUDA init fails",
 		Seed:  "容器内有设备，vLLM CUDA 初始化失败 → Driver/用户态兼容、vLLM 参数和应用日志",
 		Reads: "the application pods' state and log tail (CUDA/NVML failure lines)", Eval: checkApplication}
@@ -132,7 +132,14 @@ func (f *finding) fact(format string, a ...any) { f.facts = append(f.facts, fmt.
 
 func (f *finding) problem(fix, format string, a ...any) {
 	f.problems = append(f.problems, fmt.Sprintf(format, a...))
-	if fix != "" && !slices.Contains(f.fixes, fix) {
+	if fix != "" {
+		f.fix(fix)
+	}
+}
+
+// fix adds a fix that several problems share.
+func (f *finding) fix(fix string) {
+	if !slices.Contains(f.fixes, fix) {
 		f.fixes = append(f.fixes, fix)
 	}
 }

@@ -17,6 +17,9 @@ const refusedMsg = `failed to create containerd container: validator "00-default
 
 func f64(v float64) *float64 { return &v }
 
+// ownSpec is the device plugin's CDI spec.
+const ownSpec = "/var/run/cdi/nvidia.com-gpu.yaml"
+
 // healthy is the seed's working chain: one A100 selected, registered,
 // healthy, held by the vLLM pod that runs.
 func healthy() evidence.Evidence {
@@ -30,7 +33,10 @@ func healthy() evidence.Evidence {
 		Selected:   evidence.SelectedEvidence{Source: "ConfigMap", UUIDs: []string{uuid}},
 		Ledger:     evidence.LedgerEvidence{Holders: []evidence.GPUHolder{{PodRef: pod("default", "vllm-demo-1"), Phase: "Running", GPUs: 1}}},
 		CDI: evidence.CDIEvidence{Dirs: []string{"/var/run/cdi"}, Files: []string{"/var/run/cdi/nvidia.com-gpu.yaml"},
-			Devices: []string{"nvidia.com/gpu=" + uuid, "nvidia.com/gpu=all"}, Wanted: []string{"nvidia.com/gpu=" + uuid}},
+			Devices: []string{"nvidia.com/gpu=" + uuid, "nvidia.com/gpu=all"}, Wanted: []string{"nvidia.com/gpu=" + uuid},
+			RuntimeDirs: []string{"/etc/cdi", "/var/run/cdi"}, OwnSpec: ownSpec,
+			Specs: []evidence.SpecFile{{Path: ownSpec, Priority: 1, Kind: "nvidia.com/gpu", Devices: 2, DriverVersion: "580.95.05"}}},
+		DriverRoot: evidence.DriverRootEvidence{Root: "/", Source: "the default", Version: "580.95.05", File: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05"},
 		RuntimeCls: evidence.RuntimeClassEvidence{Exists: true, Handler: "nvidia"},
 		Containerd: evidence.ContainerdEvidence{Path: "/etc/containerd/config.toml", Handlers: []string{"nvidia", "runc"}, CDISpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
 		NRI:        evidence.NRIEvidence{URL: "http://127.0.0.1:9482/metrics", Connected: f64(1)},
@@ -151,6 +157,28 @@ var devicePluginCases = []verdictCase{
 	{"bad spec file", LayerCDIRuntime, func(e *evidence.Evidence) {
 		e.CDI.Errors = []evidence.SpecError{{Path: "/var/run/cdi/x.yaml", Error: "invalid"}}
 	}, Broken, "x.yaml", "remove the bad spec"},
+	{"shadowed devices beyond the bound are counted", LayerCDIRuntime, func(e *evidence.Evidence) {
+		e.CDI.Specs = append(e.CDI.Specs, evidence.SpecFile{Path: "/var/run/cdi/z.yaml", Priority: 1, Kind: "nvidia.com/gpu", Devices: 40})
+		e.CDI.Shadowed = []evidence.ShadowedDevice{{Name: "nvidia.com/gpu=" + uuid, Files: []string{ownSpec, "/var/run/cdi/z.yaml"}, Own: true}}
+		e.CDI.ShadowedTotal, e.CDI.OwnLost = 30, 12
+	}, Broken, "…and 11 more of nvinject's CDI devices shadowed (29 more shadowed in all)", "rm /var/run/cdi/z.yaml"},
+	{"shadowed devices nvinject does not lose", LayerCDIRuntime, func(e *evidence.Evidence) {
+		e.CDI.Shadowed = []evidence.ShadowedDevice{{Name: "nvidia.com/gpu=all", Files: []string{"/etc/cdi/nvidia.yaml", ownSpec}, Winner: ownSpec, Own: true}}
+		e.CDI.ShadowedTotal = 5
+	}, OK, "…and 4 more devices defined in more than one file", ""},
+	{"nvinject's all device taken by NVIDIA's toolkit spec", LayerCDIRuntime, func(e *evidence.Evidence) {
+		e.CDI.Shadowed = []evidence.ShadowedDevice{{Name: "nvidia.com/gpu=all", Files: []string{ownSpec, "/var/run/cdi/nvidia.yaml"}, Own: true}}
+		e.CDI.ShadowedTotal = 1
+	}, OK, "nvinject hands out no such name", ""},
+	{"CDI spec dir unreadable", LayerCDIRuntime, func(e *evidence.Evidence) {
+		e.CDI.RuntimeUnread = "list CDI spec dir /etc/cdi: permission denied"
+	}, Unknown, "could not read the CDI specs containerd reads: list CDI spec dir /etc/cdi", "--cdi-spec-dir"},
+	{"nvinject's spec of another driver", LayerCDIRuntime, func(e *evidence.Evidence) {
+		e.PluginPod = evidence.DaemonEvidence{App: "single-gpu-device-plugin", Namespace: "nvidia-device-plugin"}
+		e.CDI.Specs[0].DriverVersion = "535.261.03"
+	}, Broken, "made from driver 535.261.03 (nvinject.io/driver-version) but driver 580.95.05 is installed in /", "delete pod -l app.kubernetes.io/name=single-gpu-device-plugin --field-selector spec.nodeName=k8s-ai-infra-worker"},
+	{"nvinject's spec without a driver version", LayerCDIRuntime, func(e *evidence.Evidence) { e.CDI.Specs[0].DriverVersion = "" }, OK, "carries no nvinject.io/driver-version", ""},
+	{"driver root without a driver", LayerCDIRuntime, func(e *evidence.Evidence) { e.DriverRoot.Version = "" }, OK, "holds no NVIDIA driver library", ""},
 	{"RuntimeClass missing", LayerCDIRuntime, func(e *evidence.Evidence) { e.RuntimeCls = evidence.RuntimeClassEvidence{} }, Broken, "does not exist", "runtimeclass.yaml"},
 	{"RuntimeClass wrong handler", LayerCDIRuntime, func(e *evidence.Evidence) { e.RuntimeCls.Handler = "runc" }, Broken, `handler "runc"`, "runtimeclass"},
 	{"containerd lacks handler", LayerCDIRuntime, func(e *evidence.Evidence) {

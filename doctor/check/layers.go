@@ -312,6 +312,8 @@ func checkAllocate(e evidence.Evidence) Verdict {
 func checkCDIRuntime(e evidence.Evidence) Verdict {
 	var f finding
 	cdiFacts(e.CDI, &f)
+	shadowFindings(e.CDI, &f)
+	staleSpecFindings(e, &f)
 	rc := e.RuntimeCls
 	switch {
 	case rc.Unread != "":
@@ -337,9 +339,7 @@ func cdiFacts(c evidence.CDIEvidence, f *finding) {
 	if len(c.Files) == 0 {
 		f.problem(fixCDIName, "no CDI spec file in %v (missing dirs: %v)", c.Dirs, c.MissingDirs)
 	}
-	for _, se := range c.Errors {
-		f.problem(fixCDISpec, "CDI spec %s: %s", se.Path, se.Error)
-	}
+	specErrorFindings(c, f)
 	for _, n := range c.Unresolved {
 		f.problem(fixCDIName, "CDI device %s resolves to no device in %v", n, c.Dirs)
 	}

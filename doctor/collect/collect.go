@@ -82,10 +82,15 @@ func Node(ctx context.Context, o Options) evidence.Evidence {
 
 	kind := contract.CDIKind(o.CDIVendor, o.CDIClass)
 	if o.Remote {
-		e.CDI = evidence.CDIEvidence{Dirs: o.CDISpecDirs, Wanted: wantedNames(e, kind), Unread: "not on the worker (--remote)"}
+		const why = "not on the worker (--remote)"
+		e.CDI = evidence.CDIEvidence{Dirs: o.CDISpecDirs, Wanted: wantedNames(e, kind), Unread: why, RuntimeUnread: why}
+		e.DriverRoot = evidence.DriverRootEvidence{Root: o.DriverRoot, Unread: why}
 	} else {
 		e.CDI = collectCDI(o.CDISpecDirs, wantedNames(e, kind), kind)
 		dialMPS(e.CDI.GPUDevices)
+		owner := e.SpecOwner()
+		collectRuntimeSpecs(&e.CDI, runtimeDirs(e.Containerd, o.CDISpecDirs), ownSpecPath(owner, o.CDIVendor, o.CDIClass))
+		e.DriverRoot = collectDriverRoot(o.DriverRoot, owner)
 	}
 	log.Debug("evidence collected", "node", e.Node)
 	return e

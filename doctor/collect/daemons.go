@@ -54,6 +54,8 @@ func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, 
 		ev.MetricsURL = "http://" + joinHostPort(pod.Status.PodIP, port) + "/metrics"
 	}
 	ev.MIGStrategy = migStrategy(pod, app)
+	ev.CDISpecDir, _ = podFlag(pod, "--cdi-spec-dir")
+	ev.HostDriverRoot = hostDriverRoot(pod)
 	for _, cs := range pod.Status.ContainerStatuses {
 		ev.Restarts += cs.RestartCount
 		ev.Ready = cs.Ready
@@ -77,17 +79,9 @@ func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, 
 // device plugin, mixed for nvinject-dra); "" for a value from a ConfigMap
 // or Secret, which the doctor does not read.
 func migStrategy(pod *corev1.Pod, app string) string {
-	const flag, env = "--mig-strategy", "MIG_STRATEGY"
-	for _, c := range pod.Spec.Containers {
-		args := append(slices.Clone(c.Command), c.Args...)
-		for i, a := range args {
-			if v, ok := strings.CutPrefix(a, flag+"="); ok {
-				return v
-			}
-			if a == flag && i+1 < len(args) {
-				return args[i+1]
-			}
-		}
+	const env = "MIG_STRATEGY"
+	if v, ok := podFlag(pod, "--mig-strategy"); ok {
+		return v
 	}
 	for _, c := range pod.Spec.Containers {
 		for _, e := range c.Env {
@@ -103,6 +97,33 @@ func migStrategy(pod *corev1.Pod, app string) string {
 		return string(gpuselect.MIGMixed)
 	}
 	return string(gpuselect.MIGNone)
+}
+
+// podFlag is the value of flag (--name=v or --name v) on the command line
+// of pod's containers.
+func podFlag(pod *corev1.Pod, flag string) (string, bool) {
+	for _, c := range pod.Spec.Containers {
+		args := append(slices.Clone(c.Command), c.Args...)
+		for i, a := range args {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				return v, true
+			}
+			if a == flag && i+1 < len(args) {
+				return args[i+1], true
+			}
+		}
+	}
+	return "", false
+}
+
+// hostDriverRoot is the driver root pod's daemon names in its CDI spec,
+// as the daemon defaults it: --host-driver-root, else --driver-root.
+func hostDriverRoot(pod *corev1.Pod) string {
+	if v, ok := podFlag(pod, "--host-driver-root"); ok && v != "" {
+		return v
+	}
+	v, _ := podFlag(pod, "--driver-root")
+	return v
 }
 
 // maxDaemonEvents bounds how many of a daemon pod's events are quoted.

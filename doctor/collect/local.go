@@ -229,8 +229,18 @@ func collectCDI(dirs, wanted []string, kind string) evidence.CDIEvidence {
 			ev.Files = append(ev.Files, m...)
 		}
 	}
+	// A file that loaded has errors only for devices it shares with another
+	// file, which the shadowed devices (collectRuntimeSpecs) explain.
+	loaded := map[string]bool{}
+	for _, v := range cache.ListVendors() {
+		for _, s := range cache.GetVendorSpecs(v) {
+			loaded[s.GetPath()] = true
+		}
+	}
 	for path, errs := range cache.GetErrors() {
-		ev.Errors = append(ev.Errors, evidence.SpecError{Path: path, Error: errors.Join(errs...).Error()})
+		if !loaded[path] {
+			ev.Errors = append(ev.Errors, evidence.SpecError{Path: path, Error: contract.Cut(errors.Join(errs...).Error(), 2*contract.MaxQuoted)})
+		}
 	}
 	slices.SortFunc(ev.Errors, func(a, b evidence.SpecError) int { return strings.Compare(a.Path, b.Path) })
 	ev.Devices = cache.ListDevices()

@@ -35,6 +35,10 @@ type Options struct {
 	PodResourcesSocket string
 	CDISpecDirs        []string
 	ContainerdConfig   string
+	// DriverRoot is the NVIDIA driver's root as the doctor sees it (the
+	// host's /, a driver container's /run/nvidia/driver); empty takes the
+	// one the spec-writing daemon's pod names, else /.
+	DriverRoot string
 	// NvidiaSMI is the nvidia-smi command line; a prefix can reach into
 	// the worker ("docker exec k8s-ai-infra-worker nvidia-smi").
 	NvidiaSMI string

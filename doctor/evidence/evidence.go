@@ -7,6 +7,7 @@ package evidence
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nvinject/nvinject/shared/contract"
 )
@@ -39,6 +40,31 @@ type Evidence struct {
 	Mode   ModeEvidence   `json:"mode"`
 	DRAPod DaemonEvidence `json:"draPod"`
 	DRA    *DRAEvidence   `json:"dra,omitempty"`
+	// DriverRoot is the driver the node has installed, which the daemon's
+	// CDI spec must have been made from.
+	DriverRoot DriverRootEvidence `json:"driverRoot"`
+}
+
+// DriverRootEvidence is the NVIDIA driver installed in a driver root.
+type DriverRootEvidence struct {
+	// Root is the driver root as the doctor sees it; Source says where it
+	// came from (--driver-root, the daemon's pod, the default).
+	Root   string `json:"root"`
+	Source string `json:"source"`
+	Unread string `json:"unread,omitempty"`
+	// Version and File are the installed driver's version and the library
+	// it was read from; both empty when the root holds no NVIDIA driver.
+	Version string `json:"version,omitempty"`
+	File    string `json:"file,omitempty"`
+}
+
+// SpecOwner is the daemon that writes the node's CDI spec: nvinject-dra on
+// a DRA-mode node, else the device plugin.
+func (e Evidence) SpecOwner() DaemonEvidence {
+	if e.Mode.Mode == contract.DRAModeDRA {
+		return e.DRAPod
+	}
+	return e.PluginPod
 }
 
 // GPU is one line of nvidia-smi's query output.
@@ -201,6 +227,59 @@ type CDIEvidence struct {
 	Unresolved []string `json:"unresolved,omitempty"`
 	// GPUDevices are the GPUs and MIG devices of nvinject's CDI kind.
 	GPUDevices []CDIDevice `json:"gpuDevices,omitempty"`
+
+	// RuntimeDirs are the spec dirs in the order containerd reads them
+	// (its cdi_spec_dirs, else the doctor's): of two specs defining one
+	// device, the one in the later dir wins. Specs, Shadowed and OwnSpec
+	// are read from them; RuntimeUnread says why they could not be.
+	RuntimeDirs   []string `json:"runtimeDirs,omitempty"`
+	RuntimeUnread string   `json:"runtimeUnread,omitempty"`
+	// Specs are the spec files that loaded, in the order containerd reads
+	// them; a file that did not load is in Errors.
+	Specs []SpecFile `json:"specs,omitempty"`
+	// OwnSpec is the path of the spec the node's nvinject daemon writes
+	// (its --cdi-spec-dir, the file name cdi/spec.FileName gives).
+	OwnSpec string `json:"ownSpec,omitempty"`
+	// Shadowed are devices more than one spec file defines, the daemon's
+	// lost ones first, at most a few; ShadowedTotal counts them all and
+	// OwnLost the daemon's devices the runtime takes from another file or
+	// from none.
+	Shadowed      []ShadowedDevice `json:"shadowed,omitempty"`
+	ShadowedTotal int              `json:"shadowedTotal,omitempty"`
+	OwnLost       int              `json:"ownLost,omitempty"`
+}
+
+// SpecFile is one CDI spec file that loaded.
+type SpecFile struct {
+	Path string `json:"path"`
+	// Priority is its dir's index in RuntimeDirs.
+	Priority int    `json:"priority"`
+	Kind     string `json:"kind"`
+	Devices  int    `json:"devices"`
+	// DriverVersion is its contract.DriverVersionAnnotation: the driver
+	// nvinject's generator made it from.
+	DriverVersion string `json:"driverVersion,omitempty"`
+}
+
+// ShadowedDevice is a fully qualified CDI device ("nvidia.com/gpu=<uuid>")
+// that more than one spec file defines.
+type ShadowedDevice struct {
+	Name string `json:"name"`
+	// Files define it, in the order containerd reads them.
+	Files []string `json:"files"`
+	// Winner is the file whose device containerd uses; empty when two
+	// files of one dir define it, which makes the CDI library drop it.
+	Winner string `json:"winner,omitempty"`
+	// Own says the daemon's spec (CDIEvidence.OwnSpec) is among Files.
+	Own bool `json:"own,omitempty"`
+}
+
+// Lost says whether the daemon's spec own defines d, for a name nvinject
+// hands out, but the runtime resolves it to another file or to none. Its
+// "all" device is in its spec for hand use only, so losing it is harmless.
+func (d ShadowedDevice) Lost(own string) bool {
+	_, name, _ := strings.Cut(d.Name, "=")
+	return d.Own && d.Winner != own && name != "all"
 }
 
 // CDIDevice is one GPU or MIG device in the CDI specs, with the names it is
@@ -350,6 +429,12 @@ type DaemonEvidence struct {
 	// daemon's default when its spec sets none; empty when its spec sets
 	// it in a way the doctor cannot read (valueFrom).
 	MIGStrategy string `json:"migStrategy,omitempty"`
+	// CDISpecDir is the pod's --cdi-spec-dir (where it writes the node's
+	// CDI spec), HostDriverRoot its driver root as the host sees it
+	// (--host-driver-root, else --driver-root); empty when its spec does
+	// not set them.
+	CDISpecDir     string `json:"cdiSpecDir,omitempty"`
+	HostDriverRoot string `json:"hostDriverRoot,omitempty"`
 	// Events are the pod's latest Warning events, one per reason (read
 	// only while the pod does not run): FailedMount names a missing
 	// hostPath, FailedCreatePodSandBox the runtime's error.

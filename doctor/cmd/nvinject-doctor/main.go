@@ -74,6 +74,7 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", d.PodResourcesSocket, "kubelet's PodResources socket (which container holds which GPU)")
 	fs.Var(cdiDirs, "cdi-spec-dir", "CDI spec directories (comma list, repeatable)")
 	fs.StringVar(&o.ContainerdConfig, "containerd-config", d.ContainerdConfig, "containerd config file (its imports are followed)")
+	fs.StringVar(&o.DriverRoot, "driver-root", "", "the NVIDIA driver's root on the worker, whose version the CDI spec must match (default: the daemon's --host-driver-root, else /)")
 	fs.StringVar(&o.NvidiaSMI, "nvidia-smi", d.NvidiaSMI, "nvidia-smi command line, run with the query appended; may reach into the worker: \"docker exec k8s-ai-infra-worker nvidia-smi\"")
 	fs.StringVar(&o.DevicePluginMetrics, "device-plugin-metrics", "", "nvinject-device-plugin metrics URL (default: found from its pod on the node)")
 	fs.StringVar(&o.NRIMetrics, "nri-metrics", "", "nvinject-nri metrics URL (default: found from its pod on the node)")
