@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,8 +71,12 @@ type Options struct {
 	Prober Prober
 }
 
-// maxProbes bounds the readyz requests in flight at once.
-const maxProbes = 8
+// maxProbes bounds the readyz requests in flight at once, probeTimeout
+// each one, so a hung pod costs its reason, not the table.
+const (
+	maxProbes    = 8
+	probeTimeout = 5 * time.Second
+)
 
 // Rows reads the GPU nodes and judges each, sorted by node name. The error
 // is for a list that failed: without it no row can be judged.
@@ -174,7 +179,9 @@ func readyzReasons(ctx context.Context, pr Prober, rows []Row, probes []probe) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			body, err := pr.Readyz(ctx, p.namespace, p.pod, p.port)
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			body, err := pr.Readyz(pctx, p.namespace, p.pod, p.port)
 			r := &rows[p.row]
 			if line := firstLine(body); err == nil && line != "" {
 				r.Reason = p.reason + ": readyz: " + line

@@ -170,8 +170,13 @@ func (v view) daemon(layer, app string) *broken {
 	}
 	reason := fmt.Sprintf("%s pod %s not Ready", app, p.Name)
 	return &broken{layer: layer, reason: reason + ": " + podState(p),
-		fix:   fmt.Sprintf("kubectl -n %s logs %s; nvinject-doctor --node-name %s walks the node's layers", v.namespace, p.Name, v.node.Name),
+		fix:   fmt.Sprintf("kubectl -n %s logs %s; %s walks the node's layers", v.namespace, p.Name, deepDoctor(v.node.Name)),
 		probe: &probe{namespace: p.Namespace, pod: p.Name, port: metricsPort(p, app), reason: reason}}
+}
+
+// deepDoctor is the command that walks node's layers in depth.
+func deepDoctor(node string) string {
+	return "nvinject-doctor --node-name " + node + " (with --remote off the node)"
 }
 
 func checkPublished(v view) *broken {
@@ -183,7 +188,7 @@ func checkPublished(v view) *broken {
 		what = "no device in " + contract.DRADriver + "'s ResourceSlices for the node"
 	}
 	return &broken{layer: LayerPublished, reason: "no GPU published: " + what,
-		fix: fmt.Sprintf("nvinject-doctor --node-name %s: its driver and registration layers say why", v.node.Name)}
+		fix: deepDoctor(v.node.Name) + ": its driver and registration layers say why"}
 }
 
 func checkHealth(v view) *broken {
@@ -195,7 +200,7 @@ func checkHealth(v view) *broken {
 		how = "devices with a NoSchedule or NoExecute taint"
 	}
 	return &broken{layer: LayerHealth, reason: fmt.Sprintf("%d of %d GPUs unhealthy (%s)", v.published-v.healthy, v.published, how),
-		fix: fmt.Sprintf("nvinject-doctor --node-name %s: its health layer names the GPU and why (Xid, lost, a pod of the other path holding it)", v.node.Name)}
+		fix: deepDoctor(v.node.Name) + ": its health layer names the GPU and why (Xid, lost, a pod of the other path holding it)"}
 }
 
 func checkDriver(v view) *broken {
