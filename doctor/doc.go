@@ -91,4 +91,11 @@
 // turns that, without I/O, into each container's chain (requested →
 // allocated → kubelet assigned → CDI names → checked → verdict → now), or
 // says why no record explains it; render.WriteExplanation writes it.
+//
+// Package fleet (`nvinject-doctor --all-nodes`) stands beside the pipeline:
+// from the API server alone (Nodes, nvinject's daemon pods, the DRA
+// driver's ResourceSlices, a not-Ready daemon's /readyz through the pod
+// proxy) it makes one row per GPU node, its layers node, owner, nri,
+// published, health and driver, and names the first broken one with its
+// fix; the node's own walk then goes deeper.
 package doctor

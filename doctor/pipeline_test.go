@@ -29,11 +29,13 @@ var pipeline = map[string]struct {
 	"collect":             {imports: []string{"ctrdconfig", "evidence", "kubeexec", "promtext", "smi"}},
 	"render":              {imports: []string{"check"}},
 	"":                    {imports: []string{"check", "collect", "render"}},
-	"cmd/nvinject-doctor": {imports: []string{"", "check", "collect", "render"}},
-	"ctrdconfig":          {},
-	"kubeexec":            {},
-	"promtext":            {},
-	"smi":                 {},
+	"cmd/nvinject-doctor": {imports: []string{"", "check", "collect", "fleet", "render"}},
+	// fleet reads the API server for every node's row and writes the rows.
+	"fleet":      {},
+	"ctrdconfig": {},
+	"kubeexec":   {},
+	"promtext":   {},
+	"smi":        {},
 }
 
 // TestPipelineImports holds the doctor's packages to the pipeline doc.go

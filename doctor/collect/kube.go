@@ -40,6 +40,13 @@ func clientAndExec(kubeconfig string) (kubernetes.Interface, ExecFunc, error) {
 	return cs, exec, nil
 }
 
+// Client builds a clientset from a kubeconfig path (empty: KUBECONFIG or
+// ~/.kube/config), as the node's walk does.
+func Client(kubeconfig string) (kubernetes.Interface, error) {
+	c, _, err := clientAndExec(kubeconfig)
+	return c, err
+}
+
 // resolveNode returns the node to examine.
 func resolveNode(ctx context.Context, c kubernetes.Interface, name, resource string) (string, error) {
 	if name != "" {

@@ -34,7 +34,7 @@ const (
 	// operator cordoned.
 	CordonedBy = "nvinject.io/cordoned-by"
 	// Failed holds why the last move or upgrade of the node failed; it stays cordoned.
-	Failed  = "nvinject.io/move-failed"
+	Failed  = contract.MoveFailedAnnotation
 	program = "nvinject-move"
 )
 

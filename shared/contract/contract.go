@@ -98,6 +98,10 @@ const (
 	DriverVersionAnnotation = "nvinject.io/driver-version"
 	// SimulatedAnnotation marks a CDI spec made from a SIMULATED GPU.
 	SimulatedAnnotation = "nvinject.io/simulated"
+	// MoveFailedAnnotation on a Node holds why nvinject-move's last move or
+	// upgrade of it failed (it leaves the node cordoned); the doctor's
+	// fleet view reports it.
+	MoveFailedAnnotation = "nvinject.io/move-failed"
 )
 
 // Environment the CDI spec sets in GPU containers.

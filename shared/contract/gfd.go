@@ -5,6 +5,9 @@ package contract
 // Both kubelet plugins publish them for their node (gpunode/nodelabels);
 // the fleet tools read them back.
 const (
+	// GFDLabelPresent=true marks a GPU node (GFD, the GPU operator or the
+	// admin sets it); deploy/'s DaemonSets select their nodes by it.
+	GFDLabelPresent       = "nvidia.com/gpu.present"
 	GFDLabelProduct       = "nvidia.com/gpu.product"
 	GFDLabelMemory        = "nvidia.com/gpu.memory" // MiB
 	GFDLabelCount         = "nvidia.com/gpu.count"

@@ -8,9 +8,10 @@
 //	nvinject-doctor --json --no-kube      # node-local evidence only
 //	nvinject-doctor --explain             # what each layer checks
 //	nvinject-doctor explain --pod-namespace default vllm-0   # one pod's GPU chain
+//	nvinject-doctor --all-nodes [--selector pool=a100]    # one row per GPU node
 //
 // Exit status: 0 when no layer is broken, 1 when one is (or the doctor
-// failed), 2 on bad usage.
+// failed), 2 on bad usage; with --all-nodes 1 when a node is broken.
 package main
 
 import (
@@ -23,9 +24,12 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/nvinject/nvinject/doctor"
 	"github.com/nvinject/nvinject/doctor/check"
 	"github.com/nvinject/nvinject/doctor/collect"
+	"github.com/nvinject/nvinject/doctor/fleet"
 	"github.com/nvinject/nvinject/doctor/render"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -36,7 +40,7 @@ const name = "nvinject-doctor"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, connectAPI)
 	stop()
 	os.Exit(code)
 }
@@ -45,26 +49,39 @@ func main() {
 // already says why).
 var errBroken = errors.New("a layer is broken")
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := doctorRun(ctx, args, stdout, stderr)
+// connectFunc builds --all-nodes' API client and readyz prober from
+// --kubeconfig; tests pass a fake clientset.
+type connectFunc func(kubeconfig string) (kubernetes.Interface, fleet.Prober, error)
+
+func connectAPI(kubeconfig string) (kubernetes.Interface, fleet.Prober, error) {
+	c, err := collect.Client(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, fleet.ProxyProber{Client: c}, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, connect connectFunc) int {
+	err := doctorRun(ctx, args, stdout, stderr, connect)
 	if errors.Is(err, errBroken) {
 		return cli.ExitFailure
 	}
 	return cli.Code(name, err, stderr)
 }
 
-func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer, connect connectFunc) error {
 	if len(args) > 0 && args[0] == "explain" {
 		return explainRun(ctx, args[1:], stdout, stderr)
 	}
 	d := collect.Defaults()
 	o := collect.Options{}
 	cdiDirs := cli.NewStringList(d.CDISpecDirs...)
-	var asJSON, explain, verbose bool
+	var asJSON, explain, verbose, allNodes bool
+	var selector string
 	var logFlags logging.Flags
 	timeout := 30 * time.Second
 	c := cli.New(name, "[flags]", cli.WithOutput(stdout, stderr), cli.WithAbout(
-		"Walks the GPU chain of one node and prints a verdict per layer (ok, broken, unknown) with the evidence and the fix. --explain maps each layer to the seed's troubleshooting table.\n\n'"+name+" explain POD' prints one pod's chain instead (see "+name+" explain --help)."))
+		"Walks the GPU chain of one node and prints a verdict per layer (ok, broken, unknown) with the evidence and the fix. --explain maps each layer to the seed's troubleshooting table.\n\n'"+name+" explain POD' prints one pod's chain instead (see "+name+" explain --help).\n\n--all-nodes prints one row per GPU node instead, from the API server alone: mode, GPU model, GPUs published/healthy, driver, ok or broken with the first broken layer and its fix."))
 	fs := c.Flags()
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
 	fs.BoolVar(&o.NoKube, "no-kube", false, "do not consult the API server (node-local evidence only)")
@@ -89,7 +106,9 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&o.CDIClass, "cdi-class", d.CDIClass, "CDI class of nvinject's GPU devices")
 	fs.StringVar(&o.ConfigMapNamespace, "configmap-namespace", d.ConfigMapNamespace, "namespace of the selected-GPU ConfigMap")
 	fs.StringVar(&o.ConfigMapName, "configmap", d.ConfigMapName, "ConfigMap holding the selected GPU UUID")
-	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&allNodes, "all-nodes", false, "one row per GPU node, read from the API server alone (runs from an operator's machine); exit 1 when a node is broken")
+	fs.StringVar(&selector, "selector", "", "with --all-nodes: label selector of the nodes (default: all GPU nodes)")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON (--all-nodes: an array of rows)")
 	fs.BoolVar(&explain, "explain", false, "print what each layer checks and the seed's troubleshooting row it answers, then exit")
 	fs.BoolVar(&verbose, "v", false, "log collector progress to stderr (same as --log-level=debug)")
 	fs.DurationVar(&timeout, "timeout", timeout, "overall time limit")
@@ -106,6 +125,12 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(c.Args()) > 0 {
 		return cli.Usagef("unexpected arguments %q; everything is given by flags", c.Args())
 	}
+	if selector != "" && !allNodes {
+		return cli.Usagef("--selector selects the nodes of --all-nodes; give --all-nodes too")
+	}
+	if allNodes && (o.Node != "" || o.NoKube) {
+		return cli.Usagef("--all-nodes reads every GPU node from the API server: drop --node-name and --no-kube")
+	}
 	if explain {
 		return render.WriteExplain(stdout)
 	}
@@ -121,6 +146,9 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	o.Logger, o.CDISpecDirs = log, cdiDirs.Values
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if allNodes {
+		return fleetRun(ctx, connect, o.Kubeconfig, fleet.Options{Selector: selector, Namespace: o.DaemonNamespace}, asJSON, stdout)
+	}
 	r, err := doctor.Run(ctx, o)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -136,6 +164,33 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("write report: %w", err)
 	}
 	if len(r.Broken()) > 0 {
+		return errBroken
+	}
+	return nil
+}
+
+// fleetRun is --all-nodes: one row per GPU node.
+func fleetRun(ctx context.Context, connect connectFunc, kubeconfig string, fo fleet.Options, asJSON bool, stdout io.Writer) error {
+	c, prober, err := connect(kubeconfig)
+	if err != nil {
+		return err
+	}
+	fo.Prober = prober
+	rows, err := fleet.Rows(ctx, c, fo)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w; raise --timeout", err)
+		}
+		return err
+	}
+	write := fleet.WriteTable
+	if asJSON {
+		write = fleet.WriteJSON
+	}
+	if err := write(stdout, rows); err != nil {
+		return fmt.Errorf("write rows: %w", err)
+	}
+	if fleet.Broken(rows) {
 		return errBroken
 	}
 	return nil

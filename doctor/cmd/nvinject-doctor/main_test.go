@@ -4,10 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/nvinject/nvinject/doctor/fleet"
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 func TestRun(t *testing.T) {
@@ -48,7 +58,7 @@ func TestRun(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := run(context.Background(), tt.args, &out, &errOut)
+			code := run(context.Background(), tt.args, &out, &errOut, connectAPI)
 			all := out.String() + errOut.String()
 			if code != tt.wantCode || !strings.Contains(all, tt.want) {
 				t.Fatalf("exit %d, want %d with %q:\n%s", code, tt.wantCode, tt.want, all)
@@ -60,6 +70,78 @@ func TestRun(t *testing.T) {
 				if err := json.Unmarshal(out.Bytes(), &r); err != nil || len(r.Verdicts) != 8 || r.Verdicts[0].Status != "broken" {
 					t.Errorf("json = %+v, %v", r, err)
 				}
+			}
+		})
+	}
+}
+
+// fakeProber answers every readyz with one body.
+type fakeProber string
+
+func (f fakeProber) Readyz(context.Context, string, string, int) (string, error) {
+	return string(f), nil
+}
+
+func gpuNode(name, pool string, capacity, allocatable int64) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{contract.GFDLabelPresent: "true", "pool": pool}},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{contract.ResourceName: *resource.NewQuantity(capacity, resource.DecimalSI)},
+			Allocatable: corev1.ResourceList{contract.ResourceName: *resource.NewQuantity(allocatable, resource.DecimalSI)},
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+}
+
+func readyPod(app, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: app + "-" + node, Namespace: contract.Namespace, Labels: map[string]string{contract.AppLabel: app}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+// TestAllNodes runs --all-nodes through run with a fake cluster: an ok
+// node in pool a, one with an unhealthy GPU in pool b.
+func TestAllNodes(t *testing.T) {
+	connect := func(string) (kubernetes.Interface, fleet.Prober, error) {
+		return fake.NewClientset(gpuNode("z-ok", "a", 2, 2), gpuNode("b-sick", "b", 2, 1),
+			readyPod(contract.DevicePluginApp, "z-ok"), readyPod(contract.NRIApp, "z-ok"),
+			readyPod(contract.DevicePluginApp, "b-sick"), readyPod(contract.NRIApp, "b-sick")), fakeProber("not ready"), nil
+	}
+	noAPI := func(string) (kubernetes.Interface, fleet.Prober, error) {
+		return nil, nil, errors.New("load kubeconfig (pass --kubeconfig or set KUBECONFIG): no such file")
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		connect  connectFunc
+		wantCode int
+		want     []string
+	}{
+		{"table, sorted, one broken", []string{"--all-nodes"}, connect, 1,
+			[]string{"NODE", "b-sick  device-plugin  -      2/1", "health: 1 of 2 GPUs unhealthy", "z-ok", "2 GPU nodes: 1 ok, 1 broken"}},
+		{"json with a selector", []string{"--all-nodes", "--json", "--selector", "pool=a"}, connect, 0, []string{`"node": "z-ok"`, `"gpusHealthy": 2`}},
+		{"selector without --all-nodes", []string{"--selector", "pool=a"}, connect, 2, []string{"give --all-nodes too"}},
+		{"with --node-name", []string{"--all-nodes", "--node-name", "x"}, connect, 2, []string{"drop --node-name and --no-kube"}},
+		{"no API server", []string{"--all-nodes"}, noAPI, 1, []string{"load kubeconfig"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), tt.args, &out, &errOut, tt.connect)
+			all := out.String() + errOut.String()
+			if code != tt.wantCode {
+				t.Fatalf("exit %d, want %d:\n%s", code, tt.wantCode, all)
+			}
+			// In order: the rows are sorted by node name.
+			rest := all
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("output lacks %q after the earlier wants:\n%s", w, all)
+				}
+				rest = rest[i+len(w):]
 			}
 		})
 	}
