@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nvinject/nvinject/e2e/driverroot"
 	"github.com/nvinject/nvinject/e2e/simnode"
 	"github.com/nvinject/nvinject/shared/contract"
 )
@@ -69,8 +71,8 @@ func TestEveryNodePublishesItsGPUsAndLabels(t *testing.T) {
 			contract.GFDLabelCount:   "8",
 			contract.GFDLabelMemory:  "81920",
 		}
-		if n.Driver.Real() || suite.Driver().Real() {
-			want[contract.GFDLabelDriverVersion] = "535.261.03"
+		if drv := d.DriverOf(n); drv.Real() {
+			want[contract.GFDLabelDriverVersion] = cmp.Or(drv.Version, driverroot.DriverVersion)
 		}
 		for k, v := range want {
 			if got := node.Labels[k]; got != v {
@@ -131,6 +133,12 @@ func TestProductSelectorLandsOnThatModel(t *testing.T) {
 // deleted when t ends, and returns its pods once all are Running.
 func runDeployment(t testing.TB, ctx context.Context, name string, replicas int, selector map[string]string) []corev1.Pod {
 	t.Helper()
+	return runDeploymentOf(t, ctx, name, simnode.BusyboxImage, replicas, selector)
+}
+
+// runDeploymentOf is runDeployment with the pods' image.
+func runDeploymentOf(t testing.TB, ctx context.Context, name, image string, replicas int, selector map[string]string) []corev1.Pod {
+	t.Helper()
 	d := need(t)
 	rc := contract.RuntimeHandler
 	labels := map[string]string{"app": name}
@@ -145,7 +153,7 @@ func runDeployment(t testing.TB, ctx context.Context, name string, replicas int,
 				Spec: corev1.PodSpec{
 					RuntimeClassName: &rc, NodeSelector: selector, TerminationGracePeriodSeconds: new(int64),
 					Containers: []corev1.Container{{
-						Name: "main", Image: simnode.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+						Name: "main", Image: image, ImagePullPolicy: corev1.PullNever,
 						Command:   []string{"/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},
 						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{simnode.Resource: resource.MustParse("1")}},
 					}},

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvinject/nvinject/e2e/driverroot"
 	"github.com/nvinject/nvinject/e2e/localnode"
 	"github.com/nvinject/nvinject/e2e/simnode"
 )
@@ -71,6 +72,14 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	fmt.Printf("fleet: %s\n", drv)
+	if len(nodes) > 2 && drv.Real() {
+		// The third node runs the driver the upgrade goes to.
+		if nodes[2].Driver, err = simnode.ChooseDriverVersion(ctx, driverroot.DriverVersion550, drv.Layout, os.Stderr); err != nil {
+			fmt.Println("fleet: driver root:", err)
+			return 1
+		}
+		fmt.Printf("fleet: %s: %s\n", nodes[2].Name, nodes[2].Driver)
+	}
 	node := localnode.New(localnode.WithRunDir(runDir), localnode.WithToolsBin(tools), localnode.WithLogger(log),
 		localnode.WithContainerdDropIn(filepath.Join(repo, "deploy", "containerd", "nvinject.toml")),
 		localnode.WithPauseBinary(filepath.Join(bin, "pause")), localnode.WithTimeout(2*time.Minute),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -43,7 +44,7 @@ func logSteps(t *testing.T, r move.Report) {
 	for _, s := range r.Steps {
 		parts = append(parts, s.Name+" "+s.Took.Round(time.Millisecond).String())
 	}
-	t.Logf("FIGURE move %s %s -> %s: %s", r.Node, r.From, r.To, strings.Join(parts, ", "))
+	t.Logf("FIGURE %s %s %s -> %s: %s", r.Action, r.Node, r.From, r.To, strings.Join(parts, ", "))
 }
 
 // onNodeWithOwnGPUs checks that pods all run on n with distinct GPUs of n's own.
@@ -147,5 +148,54 @@ func TestMoveANodeBothWaysUnderGPUPods(t *testing.T) {
 	again, err := nvinjectMove(t, ctx, "move", n.Name, "--to="+contract.DRAModeDRA)
 	if err != nil || len(again) != 1 || !again[0].NoOp {
 		t.Errorf("second move to DRA: %+v, %v; want a no-op", again, err)
+	}
+}
+
+// The fleet doctor's table over the real fleet: every node ok, exit 0; a node left
+// cordoned by a failed move is broken at its first layer, exit 1.
+func TestFleetDoctor(t *testing.T) {
+	d := need(t)
+	ctx := context.Background()
+	doctor := func() ([]map[string]any, int) {
+		cmd := exec.CommandContext(ctx, d.Bin("nvinject-doctor"), "--all-nodes", "--json", "--kubeconfig="+d.Kube().Kubeconfig)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var rows []map[string]any
+		if jerr := json.Unmarshal(out, &rows); jerr != nil {
+			t.Fatalf("nvinject-doctor --all-nodes --json: %v (%v): %q %s", jerr, err, out, stderr.String())
+		}
+		return rows, cmd.ProcessState.ExitCode()
+	}
+	rows, code := doctor()
+	if code != 0 || len(rows) != len(nodes) {
+		t.Errorf("fleet doctor: exit %d, rows %v; want %d ok rows and exit 0", code, rows, len(nodes))
+	}
+	for _, r := range rows {
+		if r["status"] != "ok" || r["gpusPublished"] != float64(8) || r["gpusHealthy"] != float64(8) {
+			t.Errorf("fleet doctor row %v; want ok with 8 of 8 GPUs", r)
+		}
+	}
+	victim := nodes[len(nodes)-1].Name
+	patch := `{"metadata":{"annotations":{"` + move.Failed + `":"simulated: the upgrade command failed"}},"spec":{"unschedulable":true}}`
+	nodesAPI := d.Kube().Client.CoreV1().Nodes()
+	if _, err := nodesAPI.Patch(ctx, victim, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		undo := `{"metadata":{"annotations":{"` + move.Failed + `":null}},"spec":{"unschedulable":false}}`
+		if _, err := nodesAPI.Patch(context.Background(), victim, "application/merge-patch+json", []byte(undo), metav1.PatchOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+	rows, code = doctor()
+	if code != 1 {
+		t.Errorf("fleet doctor with a failed move: exit %d; want 1", code)
+	}
+	for _, r := range rows {
+		broken := r["status"] != "ok"
+		if (r["node"] == victim) != broken || (broken && (r["layer"] != "node" || !strings.Contains(fmt.Sprint(r["reason"]), "upgrade command failed"))) {
+			t.Errorf("fleet doctor row %v; want only %s broken, at layer node, quoting the annotation", r, victim)
+		}
 	}
 }

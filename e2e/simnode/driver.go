@@ -1,6 +1,7 @@
 package simnode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,8 @@ type Driver struct {
 	Source string
 	// Why says why the simulated root is used.
 	Why string
+	// Version is the real root's driver version; empty means driverroot.DriverVersion.
+	Version string
 }
 
 // Real reports whether the node gets NVIDIA's real driver user space.
@@ -48,7 +51,7 @@ func (d Driver) String() string {
 		}
 		return "SIMULATED driver root: " + why + "; its libraries are placeholders and nvidia-smi is nvidia-smi-sim"
 	}
-	return fmt.Sprintf("REAL NVIDIA driver user space %s (%s layout, no kernel module) from %s; the GPU is SIMULATED", driverroot.DriverVersion, d.Layout, d.Source)
+	return fmt.Sprintf("REAL NVIDIA driver user space %s (%s layout, no kernel module) from %s; the GPU is SIMULATED", cmp.Or(d.Version, driverroot.DriverVersion), d.Layout, d.Source)
 }
 
 // ChooseDriver resolves layout (flat, the default; debian; simulated). A real
@@ -56,6 +59,12 @@ func (d Driver) String() string {
 // to log); when Debian's archive cannot be reached and nothing is cached, the
 // simulated root is used and Why says so. Other failures are errors.
 func ChooseDriver(ctx context.Context, layout string, log io.Writer) (Driver, error) {
+	return ChooseDriverVersion(ctx, driverroot.DriverVersion, layout, log)
+}
+
+// ChooseDriverVersion is ChooseDriver for the real root of driver version (one of
+// driverroot.Versions).
+func ChooseDriverVersion(ctx context.Context, version, layout string, log io.Writer) (Driver, error) {
 	switch layout {
 	case "":
 		layout = driverroot.Flat
@@ -65,14 +74,14 @@ func ChooseDriver(ctx context.Context, layout string, log io.Writer) (Driver, er
 	default:
 		return Driver{}, fmt.Errorf("DRIVER_LAYOUT=%q: use %s, %s or %s", layout, driverroot.Flat, driverroot.Debian, Simulated)
 	}
-	root, err := driverroot.RootWithLog(ctx, layout, log)
+	root, err := driverroot.RootOfWithLog(ctx, version, layout, log)
 	if errors.Is(err, driverroot.ErrUnavailable) {
 		return Driver{Layout: Simulated, Why: fmt.Sprintf("Debian archive unreachable (%s)", oneLine(err.Error()))}, nil
 	}
 	if err != nil {
 		return Driver{}, fmt.Errorf("real driver root (%s layout): %w; DRIVER_LAYOUT=%s runs on the simulated root", layout, err, Simulated)
 	}
-	return Driver{Layout: layout, Source: root}, nil
+	return Driver{Layout: layout, Source: root, Version: version}, nil
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

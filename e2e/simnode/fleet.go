@@ -29,6 +29,14 @@ type FleetNode struct {
 	Driver Driver
 }
 
+// DriverOf is the driver root node n gets: its own, else the Deployer's.
+func (d *Deployer) DriverOf(n FleetNode) Driver {
+	if n.Driver.Layout != "" {
+		return n.Driver
+	}
+	return d.driver
+}
+
 // GPUPresentLabel is the label nvinject's DaemonSets select GPU nodes by (deploy/base).
 const GPUPresentLabel = "nvidia.com/gpu.present"
 
@@ -66,10 +74,7 @@ func (d *Deployer) DeployFleet(ctx context.Context, nodes []FleetNode, timeout t
 	}
 	most := 0
 	for _, n := range nodes {
-		drv := n.Driver
-		if drv.Layout == "" {
-			drv = d.driver
-		}
+		drv := d.DriverOf(n)
 		dir := d.DriverRootOf(n.Name)
 		if err := d.writeDriverRootAt(ctx, dir, n.NVML, drv); err != nil {
 			return Deployment{}, fmt.Errorf("driver root of %s: %w", n.Name, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nvinject/nvinject/e2e/driverroot"
 	"github.com/nvinject/nvinject/e2e/localnode"
 	"github.com/nvinject/nvinject/e2e/simnode"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -30,6 +31,11 @@ func runFleet(ctx context.Context, c config, out io.Writer) (err error) {
 	var drv simnode.Driver
 	if err := p.do("driver root (make driver-root, cached machine-wide)", func() (err error) {
 		drv, err = simnode.ChooseDriver(ctx, c.layout, os.Stderr)
+		if err != nil || len(fleet) < 3 || !drv.Real() {
+			return err
+		}
+		// The third node runs the other real driver: both versions side by side.
+		fleet[2].Driver, err = simnode.ChooseDriverVersion(ctx, driverroot.DriverVersion550, drv.Layout, os.Stderr)
 		return err
 	}); err != nil {
 		return err
