@@ -27,7 +27,8 @@ e2e: build images tools helm ## the GPU scenarios on the real local node (root)
 	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 15m $(MODULE)/e2e/fleet/
 
 # make e2e-fleet: the fleet scenarios on three real local nodes (24 GPUs): node 1
-# device plugin on A100s, node 2 DRA on H100s, node 3 device plugin on A100s.
+# device plugin on A100s, node 2 DRA on H100s, node 3 device plugin on A100s on the real
+# 550.163.01 driver root (the others on 535.261.03).
 .PHONY: e2e-fleet
 e2e-fleet: build images tools helm ## the fleet scenarios on three real local nodes under one control plane (root)
 	FLEET_NODES=3 DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 15m $(MODULE)/e2e/fleet/
