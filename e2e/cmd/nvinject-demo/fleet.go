@@ -89,7 +89,11 @@ func runFleet(ctx context.Context, c config, out io.Writer) (err error) {
 		if _, err := sh.run(ctx, kubectl("get", "nodes", "-L", contract.DRAModeLabel+","+contract.GFDLabelProduct+","+contract.GFDLabelCount+","+contract.GFDLabelDriverVersion)...); err != nil {
 			return err
 		}
-		_, err := sh.run(ctx, kubectl("get", "resourceslices", "-o", "custom-columns=NODE:.spec.nodeName,DRIVER:.spec.driver,DEVICES:.spec.devices[*].name")...)
+		if _, err := sh.run(ctx, kubectl("get", "resourceslices", "-o", "custom-columns=NODE:.spec.nodeName,DRIVER:.spec.driver,DEVICES:.spec.devices[*].name")...); err != nil {
+			return err
+		}
+		// The fleet doctor, as an operator runs it: one row per GPU node, from the API alone.
+		_, err := sh.run(ctx, d.Bin("nvinject-doctor"), "--all-nodes", "--kubeconfig", d.Kube().Kubeconfig)
 		return err
 	}); err != nil {
 		return err
@@ -132,7 +136,13 @@ func runFleet(ctx context.Context, c config, out io.Writer) (err error) {
 			if err != nil {
 				return fmt.Errorf("completion from %s: %w", pod.Name, err)
 			}
-			sh.note("%s on %s (pod IP %s): GPU %s, its node's own; /v1/completions answered %d bytes", pod.Name, pod.Spec.NodeName, pod.Status.PodIP, uuid, len(reply))
+			// The driver user space the pod was given, from the real nvidia-smi's banner.
+			smi, _ := d.Kube().Exec(ctx, pod.Namespace, pod.Name, "", "/bin/sh", "-c", "nvidia-smi -h | head -1")
+			driver, ok := driverroot.SMIVersionLine(smi)
+			if !ok {
+				driver = "SIMULATED root (nvidia-smi-sim)"
+			}
+			sh.note("%s on %s (pod IP %s): GPU %s, its node's own; driver %s; /v1/completions answered %d bytes", pod.Name, pod.Spec.NodeName, pod.Status.PodIP, uuid, driver, len(reply))
 		}
 		return nil
 	})
