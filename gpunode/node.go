@@ -147,7 +147,7 @@ type Node struct {
 	mps       *mps.Manager
 	labels    *nodelabels.Publisher
 
-	reg     *prometheus.Registry
+	reg       *prometheus.Registry
 	events    *prometheus.CounterVec
 	healthy   *prometheus.GaugeVec
 	coalesced prometheus.Counter
