@@ -1,10 +1,10 @@
 // Package gpunode is the GPU node both kubelet plugins serve, and its one
 // lifecycle: the metrics and health endpoints, NVML opened with the one
 // retry policy, the GPUs discovered and selected, the node's one CDI spec
-// written, their health tracked with its checkpoint and recovered on
-// SIGHUP. The plugin's own protocol then runs over the GPUs (Serve), and
-// NVML is closed only after the health watch and the protocol have
-// returned.
+// written, their health tracked with its checkpoint, reported at most
+// once per --health-update-interval and recovered on SIGHUP. The plugin's
+// own protocol then runs over the GPUs (Serve), and NVML is closed only
+// after the health watch and the protocol have returned.
 //
 // The Node is product; it knows nothing of the simulation. Under
 // --nvml=sim:... New bolts the simulation's seam (gpunode/simdebug) on
@@ -33,6 +33,7 @@ import (
 	"github.com/nvinject/nvinject/cdi/driver"
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/health/coalesce"
 	"github.com/nvinject/nvinject/gpunode/mps"
 	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 	"github.com/nvinject/nvinject/gpunode/nodelabels"
@@ -57,6 +58,10 @@ type GPUs struct {
 	// CDIName maps a GPU UUID to its device in the node's CDI spec.
 	CDIName func(uuid string) string
 	Health  *health.Tracker
+	// Reported is Health as the plugin reports it to the API server (the
+	// device list, the ResourceSlice): at most one change per
+	// --health-update-interval. What refuses a GPU reads Health.
+	Reported *health.Reported
 	// Sharing is the time-slicing configuration the spec was written with
 	// (WithSharing); empty shares nothing.
 	Sharing sharing.Config
@@ -119,6 +124,9 @@ type HealthMetrics struct {
 	HealthyHelp string
 	DeviceLabel string
 	DeviceID    func(gpu.Device) string
+	// Coalesced counts health changes never reported because a newer one
+	// replaced them within --health-update-interval.
+	Coalesced string
 }
 
 // Node is one plugin process's GPU node.
@@ -139,9 +147,10 @@ type Node struct {
 	mps       *mps.Manager
 	labels    *nodelabels.Publisher
 
-	reg     *prometheus.Registry
-	events  *prometheus.CounterVec
-	healthy *prometheus.GaugeVec
+	reg       *prometheus.Registry
+	events    *prometheus.CounterVec
+	healthy   *prometheus.GaugeVec
+	coalesced prometheus.Counter
 	// republishes counts rounds started for a changed MIG layout.
 	republishes prometheus.Counter
 	// state is why the node is not ready: NVML not open yet, or failing.
@@ -223,6 +232,12 @@ func New(cfg nodeconfig.Config, log *slog.Logger, opts ...Option) *Node {
 		}, []string{"kind", "xid", "ignored"})
 		n.healthy = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: n.names.Healthy, Help: n.names.HealthyHelp}, []string{"uuid", n.names.DeviceLabel})
 		n.reg.MustRegister(n.events, n.healthy)
+	}
+	if n.names.Coalesced != "" {
+		n.coalesced = prometheus.NewCounter(prometheus.CounterOpts{
+			Name: n.names.Coalesced, Help: "GPU health changes not reported to the API server because a newer one replaced them within --health-update-interval.",
+		})
+		n.reg.MustRegister(n.coalesced)
 	}
 	return n
 }
@@ -361,6 +376,7 @@ func (n *Node) prepare(node gpu.Node, prev *health.Tracker) (GPUs, error) {
 	}
 	gpus.labels = n.computeLabels(gpus, mpsNow)
 	gpus.Health = n.newTracker(gpus, prev)
+	gpus.Reported = n.newReported(gpus.Health)
 	for _, f := range n.onPublish {
 		f(gpus)
 	}
@@ -509,6 +525,16 @@ func (n *Node) newTracker(gpus GPUs, prev *health.Tracker) *health.Tracker {
 	t := health.New(uuids, opts...)
 	setHealthy(t.States())
 	return t
+}
+
+// newReported reports t's health at most once per --health-update-interval,
+// counting what it coalesces.
+func (n *Node) newReported(t *health.Tracker) *health.Reported {
+	var opts []coalesce.Option
+	if n.coalesced != nil {
+		opts = append(opts, coalesce.WithOnCoalesced(n.coalesced.Inc))
+	}
+	return health.NewReported(t, n.cfg.HealthUpdate, opts...)
 }
 
 // recoverOnSignal recovers every GPU on each signal, then asks for the

@@ -16,8 +16,9 @@ import (
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
-// A round is one MIG layout's publication: the health tracker, SIGHUP
-// recovery, the layout watch and the plugin's serve over one set of GPUs.
+// A round is one MIG layout's publication: the health tracker and its
+// reported health, SIGHUP recovery, the layout watch and the plugin's
+// serve over one set of GPUs.
 // When the published set changes under it (MIG devices created or
 // destroyed, MIG mode switched and the GPU reset) the watch ends the
 // round, everything in it is waited for, and publish starts the next one
@@ -54,6 +55,7 @@ func (n *Node) round(ctx context.Context, b *backend.Backend, gpus GPUs, layout 
 	var next *relayout
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { gpus.Health.Run(ctx, b); return nil })
+	g.Go(func() error { gpus.Reported.Run(ctx); return nil })
 	g.Go(func() error { n.recoverOnSignal(ctx, gpus.Health, rescan); return nil })
 	g.Go(func() error { n.publishLabels(ctx, gpus.labels); return nil })
 	g.Go(func() error { return n.watchDriver(ctx, gpus) })

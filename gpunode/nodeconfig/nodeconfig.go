@@ -45,6 +45,13 @@ const DefaultMIGRescan = 10 * time.Second
 // the driver root's library links.
 const DefaultDriverCheck = 5 * time.Second
 
+// DefaultHealthUpdate is --health-update-interval's default: each report
+// of a change costs the API server a write (kubelet's Node status after a
+// device list, a ResourceSlice update), so a GPU flapping at 1 Hz on 1 % of
+// a 5,000-node fleet is 50 writes a second; one a second per node keeps a
+// single Xid immediate and a flap to at most one write per second.
+const DefaultHealthUpdate = time.Second
+
 // DefaultPodResourcesSocket is kubelet's PodResources socket.
 const DefaultPodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
@@ -65,6 +72,10 @@ type Config struct {
 	MIGStrategy    gpuselect.MIGStrategy
 	IgnoredXids    []uint64
 	QuietPeriod    time.Duration
+	// HealthUpdate is the least time between two health reports to the API
+	// server (the device list, the ResourceSlice taints); 0 reports every
+	// change at once.
+	HealthUpdate time.Duration
 	// MIGRescan is how often the MIG layout is read again for a republish;
 	// 0 reads it only at start and on SIGHUP.
 	MIGRescan time.Duration
@@ -133,6 +144,7 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.mig, "mig-strategy", string(mig), "MIG handling, NVIDIA's strategies: none (whole GPUs; MIG GPUs left out), single (every GPU MIG, one profile, published as the GPU resource), mixed (whole GPUs, and a nvidia.com/mig-<profile> resource per MIG profile); nvinject-dra publishes each MIG device under single or mixed")
 	fs.StringVar(&c.xids, "ignored-xids", DefaultIgnoredXids, "Xids that do not make a GPU unhealthy (comma list, or none)")
 	fs.DurationVar(&c.QuietPeriod, "health-quiet-period", 5*time.Minute, "an Xid-unhealthy GPU turns Healthy after this long without a new Xid; 0 keeps it Unhealthy until SIGHUP")
+	fs.DurationVar(&c.HealthUpdate, "health-update-interval", DefaultHealthUpdate, "least time between two reports of the GPUs' health to kubelet's device list or the ResourceSlice (each an API server write): the first change after a quiet interval goes out at once, later ones within it are coalesced into the newest, sent when it ends; 0 sends every change at once")
 	fs.DurationVar(&c.MIGRescan, "mig-rescan-interval", DefaultMIGRescan, "how often the MIG layout (MIG mode, MIG devices) is read again: a changed published set is republished (CDI spec, then kubelet) without a restart; SIGHUP also reads it; 0 reads it only at start and on SIGHUP")
 	fs.DurationVar(&c.DriverCheck, "driver-check-interval", DefaultDriverCheck, "how often the driver root's driver version is read: once it differs from the one the CDI spec was made for (a driver upgrade), readyz says so, the stale spec is removed and the daemon exits for the DaemonSet to restart it on the new driver; 0 never checks")
 	fs.StringVar(&c.OnNVMLError, "on-nvml-error", OnNVMLErrorWait, "when NVML cannot start: exit, or wait and retry (readyz fails meanwhile)")
@@ -178,6 +190,9 @@ func (c *Config) Validate() []error {
 	}
 	if c.QuietPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--health-quiet-period=%s is negative; give a duration such as 5m, or 0 to recover only on SIGHUP", c.QuietPeriod))
+	}
+	if c.HealthUpdate < 0 {
+		errs = append(errs, fmt.Errorf("--health-update-interval=%s is negative; give a duration such as 1s, or 0 to report every health change at once", c.HealthUpdate))
 	}
 	if c.DriverCheck < 0 {
 		errs = append(errs, fmt.Errorf("--driver-check-interval=%s is negative; give a duration such as 5s, or 0 not to follow driver upgrades", c.DriverCheck))
@@ -239,7 +254,7 @@ func (c Config) Attrs() []any {
 		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", contract.CDIKind(c.CDIVendor, c.CDIClass),
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
-		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "mig_rescan_interval", c.MIGRescan.String(), "driver_check_interval", c.DriverCheck.String(), "on_nvml_error", c.OnNVMLError,
+		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "health_update_interval", c.HealthUpdate.String(), "mig_rescan_interval", c.MIGRescan.String(), "driver_check_interval", c.DriverCheck.String(), "on_nvml_error", c.OnNVMLError,
 		"resource_name", c.ResourceName, "pod_resources_socket", c.PodResourcesSocket, "state_dir", c.StateDir,
 		"metrics_addr", c.MetricsAddr, "mps_dir", c.MPSDir, "host_mps_dir", c.HostMPSDir,
 		"node_name", c.NodeName, "kubeconfig", cmp.Or(c.Kubeconfig, "in-cluster"), "node_labels", c.NodeLabels,

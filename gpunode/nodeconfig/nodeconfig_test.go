@@ -44,7 +44,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.NVML != "real" || c.DriverRoot != "/" || c.CDISpecDir != "/var/run/cdi" || c.ResourceName != "nvidia.com/gpu" ||
-		!c.Selector.All || c.QuietPeriod != 5*time.Minute || c.MIGRescan != 10*time.Second || c.OnNVMLError != OnNVMLErrorWait ||
+		!c.Selector.All || c.QuietPeriod != 5*time.Minute || c.MIGRescan != 10*time.Second || c.HealthUpdate != time.Second || c.OnNVMLError != OnNVMLErrorWait ||
 		c.PodResourcesSocket != DefaultPodResourcesSocket || c.MetricsAddr != ":1" || c.StateDir != "/state" || c.Log.Format != "json" ||
 		!slices.Equal(c.IgnoredXids, []uint64{13, 31, 43, 45, 68, 109}) || c.MIGStrategy != gpuselect.MIGNone {
 		t.Fatalf("defaults: %+v", c)
@@ -109,6 +109,8 @@ func TestRefusesInvalidValues(t *testing.T) {
 		{args: []string{"--health-quiet-period=soon"}, want: `invalid value "soon" for flag -health-quiet-period`},
 		{args: []string{"--health-quiet-period=-1s"}, want: `--health-quiet-period=-1s is negative`},
 		{env: map[string]string{"NVINJECT_HEALTH_QUIET_PERIOD": "300"}, want: `NVINJECT_HEALTH_QUIET_PERIOD="300"`},
+		{args: []string{"--health-update-interval=-1s"}, want: `--health-update-interval=-1s is negative`},
+		{env: map[string]string{"NVINJECT_HEALTH_UPDATE_INTERVAL": "1"}, want: `NVINJECT_HEALTH_UPDATE_INTERVAL="1"`},
 		{args: []string{"--mig-rescan-interval=-1s"}, want: `--mig-rescan-interval=-1s is negative`},
 		{env: map[string]string{"NVINJECT_MIG_RESCAN_INTERVAL": "10"}, want: `NVINJECT_MIG_RESCAN_INTERVAL="10"`},
 		{args: []string{"--on-nvml-error=retry"}, want: `--on-nvml-error="retry"`},
@@ -219,5 +221,28 @@ func TestNodeNameAndLabels(t *testing.T) {
 	c, err := load([]string{"--node-name=cli", "--kubeconfig=/cli"}, map[string]string{"NODE_NAME": "env", "KUBECONFIG": "/env"})
 	if err != nil || c.NodeName != "cli" || c.Kubeconfig != "/cli" {
 		t.Errorf("node %q kubeconfig %q (%v); want the command line's", c.NodeName, c.Kubeconfig, err)
+	}
+}
+
+// TestHealthUpdateInterval: 0 turns limiting off, and the effective
+// configuration's log line says which interval runs.
+func TestHealthUpdateInterval(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, time.Second},
+		{[]string{"--health-update-interval=0"}, 0},
+		{[]string{"--health-update-interval=250ms"}, 250 * time.Millisecond},
+	} {
+		c, err := load(tc.args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs := c.Attrs()
+		i := slices.Index(attrs, any("health_update_interval"))
+		if c.HealthUpdate != tc.want || i < 0 || attrs[i+1] != tc.want.String() {
+			t.Errorf("%v: interval %s, logged %v; want %s", tc.args, c.HealthUpdate, attrs, tc.want)
+		}
 	}
 }

@@ -96,6 +96,7 @@ const (
 	MetricDRAHealthStreams    = "nvinject_dra_health_streams"
 	MetricDRABackgroundErrors = "nvinject_dra_background_errors_total"
 	MetricDRAHealthEvents     = "nvinject_dra_health_events_total"
+	MetricDRAHealthCoalesced  = "nvinject_dra_health_updates_coalesced_total"
 	MetricDRARegistered       = "nvinject_dra_registered"
 	MetricDRARepublishes      = "nvinject_dra_republishes_total"
 	MetricDRALabelApplies     = "nvinject_dra_node_label_applies_total"

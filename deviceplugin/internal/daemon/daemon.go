@@ -26,7 +26,6 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/metrics"
 	"github.com/nvinject/nvinject/deviceplugin/internal/plugin"
 	"github.com/nvinject/nvinject/gpunode"
-	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/gpunode/nodelabels"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
@@ -95,6 +94,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
 			Events: contract.MetricHealthEvents, Healthy: contract.MetricDeviceHealthy,
 			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy.", DeviceLabel: "device_id", DeviceID: func(g gpu.Device) string { return d.id(gpuselect.Unit{GPU: g}) },
+			Coalesced: contract.MetricHealthCoalesced,
 		}),
 		gpunode.WithRepublishMetric(contract.MetricRepublishes),
 	}, labels...), d.nodeOpts...)...)
@@ -184,7 +184,7 @@ func (d *Daemon) serve(ctx context.Context, gpus gpunode.GPUs, m *metrics.Metric
 		g.Go(func() error { follow(ctx); return nil })
 	}
 	g.Go(func() error {
-		if !d.awaitMonitoring(ctx, gpus.Health) {
+		if !d.awaitMonitoring(ctx, gpus) {
 			return nil
 		}
 		// kubelet's first list already withholds what DRA claims hold.
@@ -233,7 +233,7 @@ func (d *Daemon) resource(gpus gpunode.GPUs, r gpuselect.Resource, resp *allocat
 		return served{}, fmt.Errorf("resource %s: socket %s in --kubelet-dir=%s is %d bytes, over the 107 unix sockets allow; give a shorter --plugin-socket", r.Name, sv.socket, d.cfg.KubeletDir, n)
 	}
 	var tableOpts []devices.Option
-	opts := slices.Clone(svcOpts)
+	opts := append(slices.Clone(svcOpts), plugin.WithReported(gpus.Reported))
 	if rep, ok := gpus.Sharing.For(r.Name); ok {
 		sv.name = rep.Name
 		tableOpts = append(tableOpts, devices.WithReplicas(rep.Replicas))
@@ -306,20 +306,20 @@ func (r *registrations) set(name string, err error) {
 	r.ready.SetReady()
 }
 
-// awaitMonitoring holds registration until health monitoring is armed and
-// NVML checked every GPU, so kubelet's first list is the true one. If it
-// does not arm within the start timeout the plugin registers anyway, every
-// GPU Unhealthy with the reason, rather than stay invisible. It returns
-// false when ctx ended first.
-func (d *Daemon) awaitMonitoring(ctx context.Context, t *health.Tracker) bool {
+// awaitMonitoring holds registration until health monitoring is armed,
+// NVML checked every GPU and the reported health is that, so kubelet's
+// first list is the true one. If it does not arm within the start timeout
+// the plugin registers anyway, every GPU Unhealthy with the reason, rather
+// than stay invisible. It returns false when ctx ended first.
+func (d *Daemon) awaitMonitoring(ctx context.Context, gpus gpunode.GPUs) bool {
 	d.ready.SetNotReady("waiting for health monitoring to start")
 	timeout := time.NewTimer(d.startTimeout)
 	defer timeout.Stop()
 	select {
-	case <-t.Monitored():
+	case <-gpus.Reported.Monitored():
 		return true
 	case <-timeout.C:
-		d.log.Error("health monitoring did not start; registering with every GPU Unhealthy until it does", "waited", d.startTimeout, "reason", t.States()[0].Reason)
+		d.log.Error("health monitoring did not start; registering with every GPU Unhealthy until it does", "waited", d.startTimeout, "reason", gpus.Health.States()[0].Reason)
 		return true
 	case <-ctx.Done():
 		return false

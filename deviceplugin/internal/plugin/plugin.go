@@ -36,8 +36,11 @@ type Withheld interface {
 // Server is the DevicePlugin service.
 type Server struct {
 	pluginapi.UnimplementedDevicePluginServer
-	table    *devices.Table
-	health   Health
+	table  *devices.Table
+	health Health
+	// reported is the health the device list shows kubelet; Allocate
+	// refuses by health, which is never late.
+	reported Health
 	withheld Withheld
 	resp     *allocate.Responder
 	metrics  *metrics.Metrics
@@ -57,6 +60,10 @@ type Option func(*Server)
 // WithWithheld publishes the GPUs w withholds Unhealthy (default: none).
 func WithWithheld(w Withheld) Option { return func(s *Server) { s.withheld = w } }
 
+// WithReported lists the devices with h's health (gpunode's Reported: at
+// most one change per --health-update-interval) instead of the tracker's.
+func WithReported(h Health) Option { return func(s *Server) { s.reported = h } }
+
 // WithOneReplicaPerContainer refuses a container that asks for more than
 // one replica of a shared resource (time-slicing's
 // failRequestsGreaterThanOne): two replicas of one GPU are not two GPUs.
@@ -67,6 +74,9 @@ func New(table *devices.Table, health Health, resp *allocate.Responder, m *metri
 	s := &Server{table: table, health: health, withheld: none{}, resp: resp, metrics: m, log: log, stopped: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.reported == nil {
+		s.reported = health
 	}
 	return s
 }
@@ -89,11 +99,11 @@ func (s *Server) heldWhy(e devices.Entry) (string, bool) {
 	return "", false
 }
 
-// available says whether the device may be handed out: its GPU (a MIG
-// device's parent) Healthy, and neither withheld.
-func (s *Server) available(e devices.Entry) bool {
+// listed says whether the list offers the device: its GPU (a MIG
+// device's parent) reported Healthy, and neither withheld.
+func (s *Server) listed(e devices.Entry) bool {
 	_, held := s.heldWhy(e)
-	return !held && s.health.Healthy(e.Device.UUID)
+	return !held && s.reported.Healthy(e.Device.UUID)
 }
 
 // Stop ends every ListAndWatch stream, so a graceful gRPC stop completes.
@@ -104,14 +114,14 @@ func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 
-// List returns the published devices with their current health; a
+// List returns the published devices with their reported health; a
 // withheld GPU is Unhealthy too.
 func (s *Server) List() []*pluginapi.Device {
 	entries := s.table.Entries()
 	out := make([]*pluginapi.Device, len(entries))
 	for i, e := range entries {
 		d := &pluginapi.Device{ID: e.ID, Health: pluginapi.Unhealthy}
-		if s.available(e) {
+		if s.listed(e) {
 			d.Health = pluginapi.Healthy
 		}
 		if e.Device.NUMANode >= 0 {
@@ -122,11 +132,12 @@ func (s *Server) List() []*pluginapi.Device {
 	return out
 }
 
-// ListAndWatch sends the full list at once and after every health or
-// withheld change until the stream or the server ends. Notifications are
-// coalesced, so a slow stream only skips intermediate states.
+// ListAndWatch sends the full list at once and after every reported
+// health or withheld change until the stream or the server ends.
+// Notifications are coalesced, so a slow stream only skips intermediate
+// states.
 func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
-	changed, cancel := s.health.Subscribe()
+	changed, cancel := s.reported.Subscribe()
 	defer cancel()
 	heldChanged, cancelHeld := s.withheld.Subscribe()
 	defer cancelHeld()

@@ -98,7 +98,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 		gpunode.WithHealthMetrics(gpunode.HealthMetrics{
 			Events: contract.MetricDRAHealthEvents, Healthy: contract.MetricDRADeviceHealthy,
 			HealthyHelp: "1 when the published GPU is Healthy, 0 when Unhealthy (tainted).", DeviceLabel: "device",
-			DeviceID: driver.DeviceName,
+			DeviceID: driver.DeviceName, Coalesced: contract.MetricDRAHealthCoalesced,
 		}),
 		gpunode.WithRepublishMetric(contract.MetricDRARepublishes),
 	}, labels...), d.nodeOpts...)...)
@@ -134,7 +134,7 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	defer state.Close()
 	fatal := make(chan error, 1)
 	opts := []driver.Option{driver.WithLogger(d.log), driver.WithMetrics(m), driver.WithHealthTiming(d.resend, d.lease),
-		driver.WithClaimLookup(kubeapi.Claims(client)),
+		driver.WithClaimLookup(kubeapi.Claims(client)), driver.WithReported(gpus.Reported),
 		driver.WithClaimSpecs(claimspec.New(d.cfg.CDISpecDir, d.cfg.CDIVendor)),
 		driver.WithFatal(func(err error) {
 			select {

@@ -95,8 +95,11 @@ type Driver struct {
 	devices []Device
 	byName  map[string]Device
 	// counters are the GPUs' counter sets, nil unless a GPU has MIG on.
-	counters    []resourceapi.CounterSet
-	health      Health
+	counters []resourceapi.CounterSet
+	health   Health
+	// reported is the health the ResourceSlice's taints follow; prepare
+	// and the health stream follow health, which is never late.
+	reported    Health
 	state       *checkpoint.Store
 	log         *slog.Logger
 	metrics     Metrics
@@ -133,6 +136,11 @@ func WithLogger(l *slog.Logger) Option { return func(d *Driver) { d.log = l } }
 
 // WithMetrics sets the metrics sink.
 func WithMetrics(m Metrics) Option { return func(d *Driver) { d.metrics = m } }
+
+// WithReported taints the ResourceSlice's devices by h's health
+// (gpunode's Reported: at most one change per --health-update-interval)
+// instead of the tracker's.
+func WithReported(h Health) Option { return func(d *Driver) { d.reported = h } }
 
 // WithHealthTiming sets how often the health stream re-sends an unchanged
 // report and the timeout after which kubelet reports a device Unknown
@@ -190,6 +198,9 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 	}
 	for _, o := range opts {
 		o(d)
+	}
+	if d.reported == nil {
+		d.reported = h
 	}
 	for _, g := range selected {
 		devs := []Device{{Device: g, Name: DeviceName(g), CDIName: cdiName(g.UUID)}}

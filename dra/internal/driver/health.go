@@ -67,10 +67,11 @@ type Publisher interface {
 	PublishResources(ctx context.Context, r resourceslice.DriverResources) error
 }
 
-// Publish publishes the ResourceSlice now and again on every health change
-// and SetHeld (taints), until ctx ends. A failure to start publishing ends it.
+// Publish publishes the ResourceSlice now and again on every reported
+// health change and SetHeld (taints), until ctx ends. A failure to start
+// publishing ends it.
 func (d *Driver) Publish(ctx context.Context, p Publisher) error {
-	changed, cancel := d.health.Subscribe()
+	changed, cancel := d.reported.Subscribe()
 	defer cancel()
 	for {
 		if err := p.PublishResources(ctx, d.Resources()); err != nil {

@@ -22,7 +22,7 @@ const (
 	TaintMonitoring = "monitoring"
 )
 
-// Resources is the node's ResourceSlice content for the current health:
+// Resources is the node's ResourceSlice content for the reported health:
 // one pool named after the node, one device per whole GPU or MIG device;
 // an Unhealthy GPU's devices carry a NoSchedule taint so no new claim gets
 // them, while running pods keep them (their allocatedResourcesStatus says
@@ -32,7 +32,7 @@ const (
 // counter sets come first, in slices of their own (see slices).
 func (d *Driver) Resources() resourceslice.DriverResources {
 	states := map[string]health.State{}
-	for _, s := range d.health.States() {
+	for _, s := range d.reported.States() {
 		states[s.UUID] = s
 	}
 	now := time.Now()
