@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,7 +55,11 @@ func collectDaemon(ctx context.Context, c kubernetes.Interface, namespace, app, 
 		ev.MetricsURL = "http://" + joinHostPort(pod.Status.PodIP, port) + "/metrics"
 	}
 	ev.MIGStrategy = migStrategy(pod, app)
-	ev.CDISpecDir, _ = podFlag(pod, "--cdi-spec-dir")
+	if dir, ok := podFlag(pod, "--cdi-spec-dir"); ok {
+		ev.CDISpecDir = hostPathOf(pod, dir)
+	} else {
+		ev.CDISpecDir = hostPathOf(pod, contract.CDISpecDir)
+	}
 	ev.HostDriverRoot = hostDriverRoot(pod)
 	for _, cs := range pod.Status.ContainerStatuses {
 		ev.Restarts += cs.RestartCount
@@ -114,6 +119,29 @@ func podFlag(pod *corev1.Pod, flag string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// hostPathOf is where path inside pod's container is on the host: under the
+// hostPath volume mounted deepest above it; path itself when none is.
+func hostPathOf(pod *corev1.Pod, path string) string {
+	hostPaths := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	best, out := -1, path
+	for _, c := range pod.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			host, ok := hostPaths[m.Name]
+			mp := strings.TrimSuffix(m.MountPath, "/")
+			if !ok || len(mp) <= best || (path != mp && !strings.HasPrefix(path, mp+"/")) {
+				continue
+			}
+			best, out = len(mp), filepath.Join(host, m.SubPath, strings.TrimPrefix(path, mp))
+		}
+	}
+	return out
 }
 
 // hostDriverRoot is the driver root pod's daemon names in its CDI spec,

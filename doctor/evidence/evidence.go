@@ -429,10 +429,11 @@ type DaemonEvidence struct {
 	// daemon's default when its spec sets none; empty when its spec sets
 	// it in a way the doctor cannot read (valueFrom).
 	MIGStrategy string `json:"migStrategy,omitempty"`
-	// CDISpecDir is the pod's --cdi-spec-dir (where it writes the node's
-	// CDI spec), HostDriverRoot its driver root as the host sees it
-	// (--host-driver-root, else --driver-root); empty when its spec does
-	// not set them.
+	// CDISpecDir is where the pod's --cdi-spec-dir (where it writes the
+	// node's CDI spec) is on the host, through its hostPath mounts;
+	// HostDriverRoot its driver root as the host sees it
+	// (--host-driver-root, else --driver-root), empty when its spec does
+	// not set it.
 	CDISpecDir     string `json:"cdiSpecDir,omitempty"`
 	HostDriverRoot string `json:"hostDriverRoot,omitempty"`
 	// Events are the pod's latest Warning events, one per reason (read

@@ -188,3 +188,37 @@ func restoreDeployment(t *testing.T) {
 		t.Errorf("restore nvinject: %v", err)
 	}
 }
+
+// A spec an earlier install left in /var/run/cdi (the dir containerd reads after the
+// daemon's) defines the daemon's GPU again and wins: GPU pods would get what that file
+// says. The doctor names the device, the file that wins and the fix.
+func TestDoctorShadowingSpec(t *testing.T) {
+	d := need(t)
+	ctx := testCtx(t)
+	own := filepath.Join(d.Node().CDIDir(), "nvidia.com-gpu.yaml")
+	content, err := os.ReadFile(own)
+	if err != nil {
+		t.Fatalf("read the device plugin's CDI spec: %v", err)
+	}
+	const leftover = "/var/run/cdi/nvidia.yaml"
+	if _, err := os.Stat(leftover); err == nil {
+		t.Skipf("%s exists on this machine: not ours to replace", leftover)
+	}
+	if err := os.MkdirAll(filepath.Dir(leftover), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(leftover, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(leftover); err != nil {
+			t.Errorf("remove %s: %v", leftover, err)
+		}
+	})
+	r := runDoctor(t, ctx, nil)
+	v, _ := r.Verdict(doctor.LayerCDIRuntime)
+	ev := strings.Join(v.Evidence, "\n")
+	if v.Status != doctor.Broken || !strings.Contains(ev, "nvidia.com/gpu="+dep.UUID) || !strings.Contains(ev, "containerd takes "+leftover) || !strings.Contains(v.Fix, "rm "+leftover) {
+		t.Errorf("doctor cdi-runtime with a shadowing %s: status %s\nevidence:\n%s\nfix: %s", leftover, v.Status, ev, v.Fix)
+	}
+}
