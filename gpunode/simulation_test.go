@@ -3,7 +3,6 @@ package gpunode
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -87,7 +86,11 @@ func TestSimulationSeam(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	})
-	until(t, "NVML failing to open", func() bool { return strings.Contains(fmt.Sprint(n.Ready()), "older than the simulation knows") })
+	// Through the endpoint: the HTTP server starts beside NVML's first open.
+	until(t, "readyz saying NVML fails to open", func() bool {
+		code, body := request(t, "GET", base+"/readyz")
+		return code == 503 && strings.Contains(body, "older than the simulation knows")
+	})
 	uuid := simUUID(1)
 	for _, route := range []string{"xid?uuid=" + uuid + "&xid=79", "fault?uuid=" + uuid + "&fault=lost", "clear-faults?uuid=" + uuid, "recover?uuid=" + uuid} {
 		want := "the simulated node is not open yet"
