@@ -77,4 +77,3 @@ func TestPublishWritesTheNodesSlice(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
