@@ -50,9 +50,10 @@ type Config struct {
 	Dir string
 	// NodeSelector is the label selector of the nodes KWOK manages.
 	NodeSelector string
-	// Parallelism is how many node and pod stages and node leases KWOK plays at
-	// once (its default, 4, falls behind a thousand nodes); 0 keeps KWOK's.
-	Parallelism int
+	// Parallelism is how many node and pod stages KWOK plays at once, and
+	// LeaseParallelism how many node leases it renews at once (KWOK's default for
+	// both, 4, falls behind a thousand nodes); 0 keeps KWOK's.
+	Parallelism, LeaseParallelism int
 }
 
 // Controller is a running kwok.
@@ -92,7 +93,10 @@ func configFile(cfg Config) []byte {
 		// kubelet's lease: 40s, renewed every 10s.
 		"  nodeLeaseDurationSeconds: 40\n"
 	if p := cfg.Parallelism; p > 0 {
-		opts += fmt.Sprintf("  podPlayStageParallelism: %d\n  nodePlayStageParallelism: %d\n  nodeLeaseParallelism: %d\n", p, p, p)
+		opts += fmt.Sprintf("  podPlayStageParallelism: %d\n  nodePlayStageParallelism: %d\n", p, p)
+	}
+	if p := cfg.LeaseParallelism; p > 0 {
+		opts += fmt.Sprintf("  nodeLeaseParallelism: %d\n", p)
 	}
 	return append([]byte(opts+"---\n"), stages...)
 }

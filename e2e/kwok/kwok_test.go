@@ -9,14 +9,15 @@ import (
 
 func TestConfigFileHoldsOptionsThenStages(t *testing.T) {
 	for _, tc := range []struct {
-		parallelism int
-		want        map[string]any
+		parallelism, leases int
+		want                map[string]any
 	}{
-		{0, map[string]any{"nodeLeaseDurationSeconds": 40.0}},
-		{16, map[string]any{"nodeLeaseDurationSeconds": 40.0, "podPlayStageParallelism": 16.0,
-			"nodePlayStageParallelism": 16.0, "nodeLeaseParallelism": 16.0}},
+		{0, 0, map[string]any{"nodeLeaseDurationSeconds": 40.0}},
+		{16, 0, map[string]any{"nodeLeaseDurationSeconds": 40.0, "podPlayStageParallelism": 16.0, "nodePlayStageParallelism": 16.0}},
+		{16, 50, map[string]any{"nodeLeaseDurationSeconds": 40.0, "podPlayStageParallelism": 16.0,
+			"nodePlayStageParallelism": 16.0, "nodeLeaseParallelism": 50.0}},
 	} {
-		docs := strings.Split(string(configFile(Config{Parallelism: tc.parallelism})), "\n---\n")
+		docs := strings.Split(string(configFile(Config{Parallelism: tc.parallelism, LeaseParallelism: tc.leases})), "\n---\n")
 		var conf struct {
 			Kind    string
 			Options map[string]any

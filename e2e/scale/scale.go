@@ -157,7 +157,9 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	k, err := kwok.Start(kwok.Config{Bin: cfg.KwokBin, Kubeconfig: node.Kubeconfig(), Dir: filepath.Join(cfg.RunDir, "logs", "kwok"),
-		NodeSelector: kwokLabel, Parallelism: 16})
+		// A lease a node every 10s, as kubelet renews it: at ~0.5s a renewal on a
+		// busy API server, nodes/20 renewals in flight keep up.
+		NodeSelector: kwokLabel, Parallelism: 16, LeaseParallelism: max(16, cfg.Nodes/20)})
 	if err != nil {
 		return rep, err
 	}
