@@ -163,8 +163,8 @@ func (t *tracker) paths(phase string) []Path {
 	return out
 }
 
-// fill creates pods per path, as many as the path's share of the fleet's GPUs times
-// fraction, from workers at once, and waits until they run.
+// fill creates perPath[path] pods of each path, interleaved, from workers at once,
+// and waits until they run.
 func fill(ctx context.Context, client kubernetes.Interface, t *tracker, perPath map[string]int, workers int, timeout time.Duration) error {
 	type job struct{ name, path string }
 	var jobs []job

@@ -136,6 +136,9 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 			err = errors.Join(err, fmt.Errorf("tear the control plane down: %w", derr))
 		}
 	}()
+	// Cancelled before the teardown, so no watch of Run's outlives the API server.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	rep.ControlPlaneUp = Duration(time.Since(start))
 
 	restCfg, err := clientcmd.BuildConfigFromFlags("", node.Kubeconfig())
