@@ -28,6 +28,7 @@ include e2e/injbench/injbench.mk
 include e2e/e2e.mk
 include e2e/driverroot/driverroot.mk
 include e2e/soak.mk
+include e2e/kwok/kwok.mk
 
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
@@ -50,7 +51,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # Packages that need root, the pinned node tools or a whole local node.
-NODE_ONLY := -e '/e2e/scenarios$$' -e '/e2e/fleet$$' -e '/e2e/localnode$$' -e '/e2e/cmd/nvinject-injbench$$'
+NODE_ONLY := -e '/e2e/scenarios$$' -e '/e2e/fleet$$' -e '/e2e/localnode$$' -e '/e2e/cmd/nvinject-injbench$$' -e '/e2e/scale$$'
 .PHONY: unit
 unit: ## unit tests only: no root, no tools build, no local node
 	NVINJECT_TOOLS_BIN= $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
@@ -59,9 +60,9 @@ unit: ## unit tests only: no root, no tools build, no local node
 # kubelet's device-plugin dir and the node's ports are machine-wide. The
 # doctor's fault tests run on the local node here; the GPU scenarios are
 # `make e2e`.
-NODE_PKGS := $(MODULE)/e2e/localnode $(MODULE)/e2e/cmd/nvinject-injbench
+NODE_PKGS := $(MODULE)/e2e/localnode $(MODULE)/e2e/cmd/nvinject-injbench $(MODULE)/e2e/scale
 .PHONY: test
-test: tools helm build images ## unit, integration and local-node tests
+test: tools helm kwok build images ## unit, integration and local-node tests
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 	$(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/

@@ -6,13 +6,16 @@ require (
 	github.com/containerd/nri v0.11.0
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/pelletier/go-toml/v2 v2.4.3
+	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.74.0
+	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.82.1
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
 	k8s.io/cri-api v0.37.2
+	k8s.io/dynamic-resource-allocation v0.37.2
 	k8s.io/kubelet v0.37.2
 	tags.cncf.io/container-device-interface v1.1.2
 )
@@ -22,11 +25,14 @@ require (
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/ttrpc v1.2.7 // indirect
 	github.com/knqyf263/go-plugin v0.9.0 // indirect
-	github.com/onsi/gomega v1.40.0 // indirect
+	github.com/nvinject/nvinject/cdi v0.0.0-00010101000000-000000000000 // indirect
 	github.com/pandatix/go-abnf v0.5.5 // indirect
-	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/tetratelabs/wazero v1.10.1 // indirect
+	go.etcd.io/etcd/client/pkg/v3 v3.7.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.1 // indirect
 )
 
 require (
@@ -59,6 +65,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nvinject/nvinject/deploy v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/doctor v0.0.0-00010101000000-000000000000
+	github.com/nvinject/nvinject/dra v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/fleet v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/gpunode v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/shared v0.0.0-00010101000000-000000000000
@@ -89,7 +96,9 @@ require (
 replace (
 	github.com/nvinject/nvinject/cdi => ../cdi
 	github.com/nvinject/nvinject/deploy => ../deploy
+	github.com/nvinject/nvinject/deviceplugin => ../deviceplugin
 	github.com/nvinject/nvinject/doctor => ../doctor
+	github.com/nvinject/nvinject/dra => ../dra
 	github.com/nvinject/nvinject/fleet => ../fleet
 	github.com/nvinject/nvinject/gpunode => ../gpunode
 	github.com/nvinject/nvinject/shared => ../shared

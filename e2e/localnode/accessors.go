@@ -3,6 +3,7 @@ package localnode
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nvinject/nvinject/e2e/internal/hostclean"
@@ -29,6 +30,21 @@ func (n *Node) Restart(ctx context.Context, component string) error {
 		return n.startAndWait(ctx, c)
 	}
 	return fmt.Errorf("restart %q: the node has no such component (containerd, etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet)", component)
+}
+
+// PID is the process id of a running component (0 when it is not running), for
+// measuring it (its RSS, say).
+func (n *Node) PID(component string) (int, error) {
+	return proc.Find(n.layout.pidFile(component))
+}
+
+// EtcdURL is the node's etcd client URL (plain HTTP on loopback; /metrics too).
+func (n *Node) EtcdURL() string { return "http://127.0.0.1:" + strconv.Itoa(n.ports.EtcdClient) }
+
+// SchedulerURL is kube-scheduler's secure port (https://127.0.0.1:port, self-signed;
+// /metrics answers the admin client certificate).
+func (n *Node) SchedulerURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(n.ports.Scheduler)
 }
 
 // SetHostDevices makes the host's device nodes the node created exactly

@@ -44,6 +44,14 @@ func (n *Node) components() []component {
 }
 
 func (n *Node) allComponents() []component {
+	all := n.baseComponents()
+	for i := range all {
+		all[i].args = append(all[i].args, n.extraArgs[all[i].name]...)
+	}
+	return all
+}
+
+func (n *Node) baseComponents() []component {
 	l, p := n.layout, n.ports
 	pki := func(f string) string { return l.path("pki", f) }
 	loop := func(port int) string { return "http://127.0.0.1:" + strconv.Itoa(port) }

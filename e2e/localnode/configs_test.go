@@ -70,3 +70,20 @@ func readTOML(t *testing.T, path string, v any) {
 		t.Fatalf("%s: %v", path, err)
 	}
 }
+
+func TestComponentArgsAppendToTheComponent(t *testing.T) {
+	n := New(WithControlPlaneOnly(), WithToolsBin(t.TempDir()),
+		WithComponentArgs("kube-apiserver", "--max-requests-inflight=800"),
+		WithComponentArgs("kube-scheduler", "--kube-api-qps=200"))
+	for _, c := range n.components() {
+		got := slices.Contains(c.args, "--max-requests-inflight=800") || slices.Contains(c.args, "--kube-api-qps=200")
+		want := c.name == "kube-apiserver" || c.name == "kube-scheduler"
+		if got != want {
+			t.Errorf("%s: extra flag present = %v, want %v (args %v)", c.name, got, want, c.args)
+		}
+	}
+	bad := New(WithControlPlaneOnly(), WithToolsBin(t.TempDir()), WithComponentArgs("kube-proxy", "--v=2"))
+	if err := bad.checkPrereqs(); err == nil || !strings.Contains(err.Error(), "kube-proxy") {
+		t.Errorf("checkPrereqs with flags for kube-proxy = %v, want an error naming it", err)
+	}
+}

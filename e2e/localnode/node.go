@@ -35,6 +35,7 @@ type Node struct {
 	controlPlaneOnly   bool
 	workers            []string
 	nodeLocalDirs      []string
+	extraArgs          map[string][]string
 	apiHost            string
 	timeout            time.Duration
 	log                *slog.Logger
@@ -196,6 +197,11 @@ func (n *Node) checkPrereqs() error {
 	}
 	if len(n.workers) > 0 && n.controlPlaneOnly {
 		return errors.New("workers need the first node: WithWorkers and WithControlPlaneOnly exclude each other")
+	}
+	for name := range n.extraArgs {
+		if !slices.ContainsFunc(n.allComponents(), func(c component) bool { return c.name == name }) {
+			return fmt.Errorf("flags given for %q, which the node does not run: name one of etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet", name)
+		}
 	}
 	for i, w := range n.workers {
 		if w == "" || w == n.name || slices.Contains(n.workers[:i], w) {

@@ -91,5 +91,18 @@ func WithNodeLocalDirs(dirs ...string) Option {
 	return func(n *Node) { n.nodeLocalDirs = append(n.nodeLocalDirs, dirs...) }
 }
 
+// WithComponentArgs appends flags to one control-plane component's command line
+// (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet); later
+// flags win, so they override the node's own. For sizing the control plane to a
+// fleet of fake nodes: request limits, client QPS.
+func WithComponentArgs(component string, args ...string) Option {
+	return func(n *Node) {
+		if n.extraArgs == nil {
+			n.extraArgs = map[string][]string{}
+		}
+		n.extraArgs[component] = append(n.extraArgs[component], args...)
+	}
+}
+
 // WithLogger sets the logger for progress messages.
 func WithLogger(l *slog.Logger) Option { return func(n *Node) { n.log = l } }

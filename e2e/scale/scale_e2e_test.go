@@ -1,0 +1,78 @@
+package scale_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvinject/nvinject/e2e/internal/cachebuild"
+	"github.com/nvinject/nvinject/e2e/kwok"
+	"github.com/nvinject/nvinject/e2e/localnode"
+	"github.com/nvinject/nvinject/e2e/scale"
+)
+
+// TestFiftyNodes runs the simulator's whole path on 50 nodes: slices of every DRA
+// node published, 90 % of the GPUs filled through both paths (DRA pods each with an
+// allocated claim, device-plugin pods with none), churn.
+func TestFiftyNodes(t *testing.T) {
+	tools := os.Getenv("NVINJECT_TOOLS_BIN")
+	if tools == "" {
+		t.Skip("NVINJECT_TOOLS_BIN is unset: run `make tools` (or `make test`, which sets it) to build the control plane's binaries")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the control plane needs root (the API server's private mount namespace)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kwokBin, err := kwok.Bin(ctx)
+	if errors.Is(err, cachebuild.ErrUnavailable) {
+		t.Skipf("kwok is not cached and cannot be built: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ports and run dir apart from both the local node's and nvinject-scale's.
+	ports := localnode.Ports{EtcdClient: 25790, EtcdPeer: 25800, APIServer: 18443,
+		ControllerManager: 12357, Scheduler: 12359, Kubelet: 12350, KubeletHealthz: 12348}
+	rep, err := scale.Run(ctx, scale.Config{Nodes: 50, RunDir: "/tmp/nvinject-scale-test", Ports: ports,
+		ToolsBin: tools, KwokBin: kwokBin, ChurnFor: 10 * time.Second, WaitFor: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.Write(&out)
+	t.Log("\n" + out.String())
+
+	if rep.DRANodes != 25 || rep.GPUs != 400 || rep.SlicePublish <= 0 {
+		t.Errorf("DRA nodes %d, GPUs %d, slice publication %s; want 25, 400 and a time", rep.DRANodes, rep.GPUs, rep.SlicePublish)
+	}
+	var names []string
+	for _, ph := range rep.Phases {
+		names = append(names, ph.Name)
+		if ph.RequestsTotal == 0 {
+			t.Errorf("phase %s counted no API request", ph.Name)
+		}
+	}
+	if got := strings.Join(names, ","); got != "nodes,slices,fill,churn" {
+		t.Fatalf("phases %s, want nodes,slices,fill,churn", got)
+	}
+	fill := rep.Phases[2]
+	for _, p := range fill.Paths {
+		wantClaims := 0
+		if p.Name == scale.PathDRA {
+			wantClaims = p.Pods
+		}
+		if p.Pods != 180 || p.Claims != wantClaims || p.Running.P50 <= 0 {
+			t.Errorf("fill %s: %d pods, %d claims, Running p50 %s; want 180 pods, %d claims", p.Name, p.Pods, p.Claims, p.Running.P50, wantClaims)
+		}
+	}
+	if fill.Scheduled < 360 || fill.Requests["POST resourceclaims"] < 180 {
+		t.Errorf("fill: the scheduler bound %d pods and created %v claims; want 360 and 180", fill.Scheduled, fill.Requests["POST resourceclaims"])
+	}
+	if rep.EtcdDBBytes == 0 || len(rep.Memory) != 6 {
+		t.Errorf("etcd db %d bytes, %d processes measured; want a size and 6", rep.EtcdDBBytes, len(rep.Memory))
+	}
+}
