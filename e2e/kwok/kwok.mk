@@ -9,4 +9,4 @@ kwok: ## build KWOK's controller (pinned) into the machine-wide cache
 SCALE_NODES ?= 1000
 .PHONY: scale
 scale: tools kwok ## fleet-scale simulator: SCALE_NODES (1000) fake GPU nodes, half device plugin, half DRA, on a real control plane
-	$(GO) run $(MODULE)/e2e/cmd/nvinject-scale --nodes $(SCALE_NODES)
+	$(GO) run $(MODULE)/e2e/cmd/nvinject-scale --tools-bin $(NVINJECT_TOOLS_BIN) --nodes $(SCALE_NODES)

@@ -14,9 +14,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"log/slog"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,51 +23,64 @@ import (
 
 	"github.com/nvinject/nvinject/e2e/kwok"
 	"github.com/nvinject/nvinject/e2e/scale"
+	"github.com/nvinject/nvinject/shared/cli"
+	"github.com/nvinject/nvinject/shared/logging"
 )
 
+const name = "nvinject-scale"
+
 func main() {
-	nodes := flag.Int("nodes", 1000, "fake GPU nodes, half device plugin, half DRA")
-	runDir := flag.String("run-dir", scale.DefaultRunDir, "the control plane's state and logs (logs stay after the run)")
-	asJSON := flag.Bool("json", false, "print the report as JSON")
-	fill := flag.Float64("fill", 0.9, "fraction of the GPUs the fill asks for, in (0, 1]")
-	churnFor := flag.Duration("churn", time.Minute, "how long to replace 5 pods a second after the fill")
-	timeout := flag.Duration("timeout", 40*time.Minute, "give up after this long")
-	flag.Parse()
-	if err := run(*nodes, *runDir, *asJSON, *fill, *churnFor, *timeout); err != nil {
-		fmt.Fprintln(os.Stderr, "nvinject-scale:", err)
-		os.Exit(1)
-	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(cli.Code(name, err, os.Stderr))
 }
 
-func run(nodes int, runDir string, asJSON bool, fill float64, churnFor, timeout time.Duration) error {
-	if nodes < 2 {
-		return fmt.Errorf("--nodes %d: give at least 2 (one per path)", nodes)
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var logFlags logging.Flags
+	c := cli.New(name, "[flags]", cli.WithOutput(stdout, stderr))
+	fs := c.Flags()
+	nodes := fs.Int("nodes", 1000, "fake GPU nodes, half device plugin, half DRA")
+	runDir := fs.String("run-dir", scale.DefaultRunDir, "the control plane's state and logs (logs stay after the run)")
+	toolsBin := fs.String("tools-bin", "", "directory with the pinned control-plane programs (`make tools`)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	fill := fs.Float64("fill", 0.9, "fraction of the GPUs the fill asks for, in (0, 1]")
+	churnFor := fs.Duration("churn", time.Minute, "how long to replace 5 pods a second after the fill")
+	timeout := fs.Duration("timeout", 40*time.Minute, "give up after this long")
+	logFlags.Register(fs, logging.Text)
+	c.Env("tools-bin", "NVINJECT_TOOLS_BIN")
+	if err := c.Parse(args, getenv); err != nil {
+		return err
 	}
-	if fill <= 0 || fill > 1 {
-		return fmt.Errorf("--fill %g: give a fraction in (0, 1]", fill)
+	switch {
+	case len(c.Args()) > 0:
+		return cli.Usagef("unexpected arguments %q", c.Args())
+	case *nodes < 2:
+		return cli.Usagef("--nodes %d: give at least 2 (one per path)", *nodes)
+	case *fill <= 0 || *fill > 1:
+		return cli.Usagef("--fill %g: give a fraction in (0, 1]", *fill)
+	case *toolsBin == "":
+		return cli.Usagef("--tools-bin (NVINJECT_TOOLS_BIN) is unset: run `make tools` and give the bin dir it prints (make scale does both)")
 	}
-	tools := os.Getenv("NVINJECT_TOOLS_BIN")
-	if tools == "" {
-		return fmt.Errorf("NVINJECT_TOOLS_BIN is unset: run `make tools` and set it to the bin dir it prints (make scale does both)")
+	log, err := logFlags.Logger(stderr)
+	if err != nil {
+		return cli.UsageError{Err: err}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	kwokBin, err := kwok.Bin(ctx)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	rep, err := scale.Run(ctx, scale.Config{Nodes: nodes, RunDir: runDir, ToolsBin: tools, KwokBin: kwokBin, Fill: fill, ChurnFor: churnFor, Log: log})
+	rep, err := scale.Run(ctx, scale.Config{Nodes: *nodes, RunDir: *runDir, ToolsBin: *toolsBin, KwokBin: kwokBin, Fill: *fill, ChurnFor: *churnFor, Log: log})
 	if err != nil {
-		return fmt.Errorf("%w; the components' logs are in %s/logs", err, runDir)
+		return fmt.Errorf("%w; the components' logs are in %s/logs", err, *runDir)
 	}
-	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	rep.Write(os.Stdout)
+	rep.Write(stdout)
 	return nil
 }
