@@ -32,24 +32,9 @@ func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 func runMain(m *testing.M) int {
 	start := time.Now()
 	defer func() { fmt.Printf("fleet: suite total %s\n", time.Since(start).Round(time.Millisecond)) }()
-	tools := os.Getenv("NVINJECT_TOOLS_BIN")
-	repo, _ := filepath.Abs("../..")
-	bin := os.Getenv("NVINJECT_BIN")
-	if bin == "" {
-		bin = filepath.Join(repo, "bin")
-	}
-	switch {
-	case tools == "":
-		skipWhy = "NVINJECT_TOOLS_BIN is unset: run `make e2e` or `make e2e-fleet`"
-	case os.Geteuid() != 0:
-		skipWhy = "the local nodes need root (namespaces, mounts, cgroups, runc)"
-	default:
-		if _, err := os.Stat(filepath.Join(bin, "nvinject-device-plugin")); err != nil {
-			skipWhy = fmt.Sprintf("nvinject programs missing in %s: run `make build`: %v", bin, err)
-		} else if err := simnode.CheckNoOtherNode(runDir); err != nil {
-			skipWhy = err.Error()
-		}
-	}
+	pre := simnode.SuitePreflight(runDir, "make e2e-fleet")
+	tools, repo, bin := pre.Tools, pre.Repo, pre.Bin
+	skipWhy = pre.Skip
 	if skipWhy != "" {
 		fmt.Println("fleet: skipping:", skipWhy)
 		return m.Run()

@@ -32,24 +32,9 @@ func TestMain(m *testing.M) {
 func runMain(m *testing.M) int {
 	start := time.Now()
 	defer func() { fmt.Printf("scenarios: suite total %s\n", time.Since(start).Round(time.Millisecond)) }()
-	tools := os.Getenv("NVINJECT_TOOLS_BIN")
-	repo, _ := filepath.Abs("../..")
-	bin := os.Getenv("NVINJECT_BIN")
-	if bin == "" {
-		bin = filepath.Join(repo, "bin")
-	}
-	switch {
-	case tools == "":
-		skipWhy = "NVINJECT_TOOLS_BIN is unset: run `make e2e` (or `make tools` and export its bin dir) to run the local-node scenarios"
-	case os.Geteuid() != 0:
-		skipWhy = "the local node needs root (mounts, cgroups, runc)"
-	default:
-		if _, err := os.Stat(filepath.Join(bin, "nvinject-device-plugin")); err != nil {
-			skipWhy = fmt.Sprintf("nvinject programs missing in %s: run `make build` (or set NVINJECT_BIN): %v", bin, err)
-		} else if err := simnode.CheckNoOtherNode(runDir); err != nil {
-			skipWhy = err.Error()
-		}
-	}
+	pre := simnode.SuitePreflight(runDir, "make e2e")
+	tools, repo, bin := pre.Tools, pre.Repo, pre.Bin
+	skipWhy = pre.Skip
 	if skipWhy != "" {
 		fmt.Println("scenarios: skipping:", skipWhy)
 		return m.Run()

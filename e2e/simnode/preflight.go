@@ -37,3 +37,34 @@ func CheckNoOtherNode(runDir string) error {
 func (d *Deployer) CDISpecDirs() []string {
 	return []string{d.node.CDIDir(), "/etc/cdi", "/var/run/cdi"}
 }
+
+// Suite is what a local-node test suite's TestMain needs to start: the pinned tools,
+// nvinject's programs and the repository; Skip says why it cannot run here.
+type Suite struct {
+	Tools, Bin, Repo string
+	Skip             string
+}
+
+// SuitePreflight reads NVINJECT_TOOLS_BIN and NVINJECT_BIN (default repo/bin, repo
+// being two levels up) and checks root and that no other node runs from another run
+// dir than runDir; make names the target that sets everything.
+func SuitePreflight(runDir, make string) Suite {
+	s := Suite{Tools: os.Getenv("NVINJECT_TOOLS_BIN"), Bin: os.Getenv("NVINJECT_BIN")}
+	s.Repo, _ = filepath.Abs("../..")
+	if s.Bin == "" {
+		s.Bin = filepath.Join(s.Repo, "bin")
+	}
+	switch {
+	case s.Tools == "":
+		s.Skip = "NVINJECT_TOOLS_BIN is unset: run `" + make + "` (or `make tools` and export its bin dir)"
+	case os.Geteuid() != 0:
+		s.Skip = "the local nodes need root (namespaces, mounts, cgroups, runc)"
+	default:
+		if _, err := os.Stat(filepath.Join(s.Bin, "nvinject-device-plugin")); err != nil {
+			s.Skip = fmt.Sprintf("nvinject programs missing in %s: run `make build` (or set NVINJECT_BIN): %v", s.Bin, err)
+		} else if err := CheckNoOtherNode(runDir); err != nil {
+			s.Skip = err.Error()
+		}
+	}
+	return s
+}

@@ -392,19 +392,12 @@ func (m *Mover) claimsReleased(ctx context.Context, node string) (string, error)
 // ownerReady returns nil once the node's owner for mode has a Ready pod on it and the
 // node publishes GPUs on that path.
 func (m *Mover) ownerReady(ctx context.Context, node, mode string) error {
-	app := contract.DevicePluginApp
-	if mode == contract.DRAModeDRA {
-		app = contract.DRAApp
-	}
-	pods, err := m.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: contract.AppLabel + "=" + app, FieldSelector: "spec.nodeName=" + node})
+	app := owner(mode)
+	pods, err := m.daemonPods(ctx, node, app)
 	if err != nil {
 		return err
 	}
-	ready := false
-	for _, p := range pods.Items {
-		ready = ready || (p.Spec.NodeName == node && p.DeletionTimestamp == nil && podReady(p))
-	}
-	if !ready {
+	if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp == nil && podReady(p) }) {
 		return fmt.Errorf("no Ready %s pod on %s", app, node)
 	}
 	if mode == contract.DRAModeDRA {
@@ -417,33 +410,27 @@ func (m *Mover) ownerReady(ctx context.Context, node, mode string) error {
 		}
 		return nil
 	}
-	n, err := m.c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
+	if r, _, err := m.allocatable(ctx, node); err != nil || r != "" {
 		return err
-	}
-	for r, q := range n.Status.Allocatable {
-		if strings.HasPrefix(string(r), contract.CDIVendor+"/") && q.Value() > 0 {
-			return nil
-		}
 	}
 	return fmt.Errorf("node %s publishes no %s/ resource yet", node, contract.CDIVendor)
 }
 
-// oldOwnerGone returns nil once the owner of the other path left the node (its pod, and
-// for nvinject-dra its ResourceSlices).
+// oldOwnerGone returns nil once the owner of the other path left the node: its pod,
+// for nvinject-dra its ResourceSlices, for the device plugin its resource in kubelet's
+// node status.
 func (m *Mover) oldOwnerGone(ctx context.Context, node, mode string) error {
-	app := contract.DRAApp
+	other := contract.DRAModeDRA
 	if mode == contract.DRAModeDRA {
-		app = contract.DevicePluginApp
+		other = contract.DRAModeDevicePlugin
 	}
-	pods, err := m.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: contract.AppLabel + "=" + app, FieldSelector: "spec.nodeName=" + node})
+	app := owner(other)
+	pods, err := m.daemonPods(ctx, node, app)
 	if err != nil {
 		return err
 	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == node {
-			return fmt.Errorf("old owner %s still has pod %s on %s", app, p.Name, node)
-		}
+	if len(pods) > 0 {
+		return fmt.Errorf("old owner %s still has pod %s on %s", app, pods[0].Name, node)
 	}
 	if mode == contract.DRAModeDevicePlugin {
 		n, err := m.sliceDevices(ctx, node)
@@ -458,16 +445,46 @@ func (m *Mover) oldOwnerGone(ctx context.Context, node, mode string) error {
 	// Until kubelet reports the device plugin's resource gone (its next node status
 	// update), the scheduler would place nvidia.com/gpu pods on the device-plugin path
 	// and kubelet would refuse them at admission.
-	n, err := m.c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	r, q, err := m.allocatable(ctx, node)
 	if err != nil {
 		return err
 	}
-	for r, q := range n.Status.Allocatable {
-		if strings.HasPrefix(string(r), contract.CDIVendor+"/") && q.Value() > 0 {
-			return fmt.Errorf("node %s still reports %s allocatable %d from the device plugin", node, r, q.Value())
-		}
+	if r != "" {
+		return fmt.Errorf("node %s still reports %s allocatable %d from the device plugin", node, r, q)
 	}
 	return nil
+}
+
+// owner is the app of the daemon that owns a node's GPUs in mode.
+func owner(mode string) string {
+	if mode == contract.DRAModeDRA {
+		return contract.DRAApp
+	}
+	return contract.DevicePluginApp
+}
+
+// daemonPods are app's pods on node.
+func (m *Mover) daemonPods(ctx context.Context, node, app string) ([]corev1.Pod, error) {
+	list, err := m.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: contract.AppLabel + "=" + app, FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Spec.NodeName != node }), nil
+}
+
+// allocatable is an nvidia.com/ resource node reports allocatable, and how many; ""
+// when none.
+func (m *Mover) allocatable(ctx context.Context, node string) (string, int64, error) {
+	n, err := m.c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return "", 0, err
+	}
+	for r, q := range n.Status.Allocatable {
+		if strings.HasPrefix(string(r), contract.CDIVendor+"/") && q.Value() > 0 {
+			return string(r), q.Value(), nil
+		}
+	}
+	return "", 0, nil
 }
 
 // slicesOnDriver returns nil once every device node's slices publish has version as
