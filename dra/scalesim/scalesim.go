@@ -3,14 +3,18 @@
 // (shared/gpu/sim) through the same discovery and the same slice building as
 // nvinject-dra (dra/internal/driver), and are published by the DRA library's
 // ResourceSlice controller with the Node as owner, as the kubelet plugin helper does.
-// The fleet-scale simulator (e2e/cmd/nvinject-scale) runs thousands on a control plane
-// with fake nodes; nvinject-dra itself does not use this package.
+// A node's reported health (what nvinject-dra's limiter delivered) is set from
+// outside (SetReported) and becomes device taints through the driver's own slice
+// code. The fleet-scale simulator (e2e/cmd/nvinject-scale) runs thousands on a
+// control plane with fake nodes; nvinject-dra itself does not use this package.
 package scalesim
 
 import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
@@ -27,9 +31,10 @@ import (
 
 // Node is one simulated node's GPUs as nvinject-dra would publish them.
 type Node struct {
-	name  string
-	facts gpu.Node
-	drv   *driver.Driver
+	name   string
+	facts  gpu.Node
+	drv    *driver.Driver
+	health *reported
 }
 
 // NewNode discovers the GPUs of the simulated node nvml names ("sim:h100-80gb*8";
@@ -55,11 +60,15 @@ func NewNode(ctx context.Context, name, nvml, stateDir string) (*Node, error) {
 	}
 	defer state.Close()
 	cdiName := func(uuid string) string { return contract.CDIKind(contract.CDIVendor, "gpu") + "=" + uuid }
-	drv, err := driver.New(name, facts, facts.Devices, cdiName, allHealthy{}, state)
+	h := &reported{}
+	for _, d := range facts.Devices {
+		h.states = append(h.states, health.State{UUID: d.UUID, Healthy: true})
+	}
+	drv, err := driver.New(name, facts, facts.Devices, cdiName, h, state)
 	if err != nil {
 		return nil, fmt.Errorf("simulated node %s: %w", name, err)
 	}
-	return &Node{name: name, facts: facts, drv: drv}, nil
+	return &Node{name: name, facts: facts, drv: drv, health: h}, nil
 }
 
 // Name is the node's name (its ResourceSlice pool).
@@ -74,8 +83,21 @@ func (n *Node) Labels() map[string]string {
 		MIG: gpuselect.MIGMixed, ResourceName: contract.ResourceName}).Labels
 }
 
-// Resources is the node's ResourceSlice content, exactly nvinject-dra's.
+// Resources is the node's ResourceSlice content for its reported health,
+// exactly nvinject-dra's: an Unhealthy GPU's device carries its taint.
 func (n *Node) Resources() resourceslice.DriverResources { return n.drv.Resources() }
+
+// Reported is every GPU's reported health in publication order (all Healthy
+// until SetReported).
+func (n *Node) Reported() []health.State { return n.health.States() }
+
+// SetReported makes states the node's reported health, as nvinject-dra's
+// health.Reported does with what its limiter delivers, and returns the
+// ResourceSlice content to republish (resourceslice.Controller.Update).
+func (n *Node) SetReported(states []health.State) resourceslice.DriverResources {
+	n.health.set(states)
+	return n.drv.Resources()
+}
 
 // Publish starts the ResourceSlice controller for the node (the Node object must
 // exist: the controller owns the slices by its UID) and returns once it has synced;
@@ -97,10 +119,24 @@ func (n *Node) Publish(ctx context.Context, client kubernetes.Interface, errs fu
 	return c, nil
 }
 
-// allHealthy is a tracker that never saw a GPU fail: the simulator publishes every
-// device untainted.
-type allHealthy struct{}
+// reported is the health the simulator reports for a node; the driver's
+// slice code reads it as nvinject-dra reads health.Reported.
+type reported struct {
+	mu     sync.Mutex
+	states []health.State
+}
 
-func (allHealthy) States() []health.State { return nil }
+func (r *reported) States() []health.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.states)
+}
 
-func (allHealthy) Subscribe() (<-chan struct{}, func()) { return make(chan struct{}), func() {} }
+func (r *reported) set(states []health.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.states = slices.Clone(states)
+}
+
+// Subscribe never fires: the simulator republishes after SetReported itself.
+func (r *reported) Subscribe() (<-chan struct{}, func()) { return make(chan struct{}), func() {} }

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nvinject/nvinject/dra/internal/driver"
+	"github.com/nvinject/nvinject/gpunode/health"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -75,5 +77,33 @@ func TestPublishWritesTheNodesSlice(t *testing.T) {
 			t.Fatalf("%d ResourceSlices after 10s, want 1", len(list.Items))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestSetReportedTaintsTheUnhealthyGPU(t *testing.T) {
+	n, err := NewNode(context.Background(), "gpu-0001", "sim:h100-80gb*8", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(states []health.State) map[string]int {
+		out := map[string]int{}
+		for _, s := range n.SetReported(states).Pools[n.Name()].Slices[0].Devices {
+			for _, tn := range s.Taints {
+				out[tn.Key+"="+tn.Value]++
+			}
+		}
+		return out
+	}
+	states := n.Reported()
+	if len(states) != 8 || !states[0].Healthy {
+		t.Fatalf("reported = %+v, want 8 Healthy GPUs", states)
+	}
+	states[3] = health.State{UUID: states[3].UUID, Reason: "Xid 48: double-bit ECC error"}
+	if got := count(states); len(got) != 1 || got[contract.DRATaintKey+"="+driver.TaintXid] != 1 {
+		t.Errorf("one GPU with an Xid: taints %v, want one %s=%s", got, contract.DRATaintKey, driver.TaintXid)
+	}
+	states[3] = health.State{UUID: states[3].UUID, Healthy: true}
+	if got := count(states); len(got) != 0 {
+		t.Errorf("recovered: taints %v, want none", got)
 	}
 }

@@ -27,6 +27,9 @@ import (
 const (
 	PathDevicePlugin = contract.DRAModeDevicePlugin
 	PathDRA          = contract.DRAModeDRA
+	// PathCEL is DRA pods whose claim template selects GPUs by a CEL
+	// expression over their memory, not the extended resource.
+	PathCEL = "dra-cel"
 )
 
 // kwokLabel marks the simulator's nodes; KWOK manages exactly those.
@@ -130,9 +133,10 @@ func waitNodesReady(ctx context.Context, client kubernetes.Interface, want int, 
 // publication is the DRA nodes' ResourceSlice controllers and when each node's
 // slice was first seen.
 type publication struct {
-	mu       sync.Mutex
-	seen     map[string]time.Time
-	ctrls    []*resourceslice.Controller
+	mu   sync.Mutex
+	seen map[string]time.Time
+	// byNode is each DRA node's controller.
+	byNode   map[string]*resourceslice.Controller
 	errs     []error
 	start    time.Time
 	informer cache.SharedIndexInformer
@@ -180,7 +184,12 @@ func publish(ctx context.Context, client kubernetes.Interface, nodes []simNode) 
 		ctrls[i] = c
 		return err
 	})
-	p.ctrls = slices.DeleteFunc(ctrls, func(c *resourceslice.Controller) bool { return c == nil })
+	p.byNode = map[string]*resourceslice.Controller{}
+	for i, c := range ctrls {
+		if c != nil {
+			p.byNode[dra[i].sim.Name()] = c
+		}
+	}
 	return p, err
 }
 
@@ -209,7 +218,7 @@ func (p *publication) wait(ctx context.Context, want int, timeout time.Duration)
 }
 
 func (p *publication) stop() {
-	for _, c := range p.ctrls {
+	for _, c := range p.byNode {
 		c.Stop()
 	}
 }

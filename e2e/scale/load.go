@@ -86,11 +86,41 @@ func podObject(name, path string) *corev1.Pod {
 
 // create creates one pod of path, recording its creation time first.
 func (t *tracker) create(ctx context.Context, client kubernetes.Interface, name, path, phase string) error {
+	return t.createPod(ctx, client, podObject(name, path), path, phase)
+}
+
+// createPod creates pod, counted under path and phase.
+func (t *tracker) createPod(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, path, phase string) error {
 	t.mu.Lock()
-	t.pods[name] = &podTimes{path: path, phase: phase, created: time.Now()}
+	t.pods[pod.Name] = &podTimes{path: path, phase: phase, created: time.Now()}
 	t.mu.Unlock()
-	if _, err := client.CoreV1().Pods(Namespace).Create(ctx, podObject(name, path), metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create pod %s: %w", name, err)
+	if _, err := client.CoreV1().Pods(Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// runningOf picks every Running pod of phase not yet picked, to delete.
+func (t *tracker) runningOf(phase string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var names []string
+	for name, p := range t.pods {
+		if p.phase == phase && !p.running.IsZero() && !p.deleted {
+			p.deleted = true
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// reap deletes every Running pod of phase not yet deleted.
+func (t *tracker) reap(ctx context.Context, client kubernetes.Interface, phase string) error {
+	for _, name := range t.runningOf(phase) {
+		if err := client.CoreV1().Pods(Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("delete pod %s: %w", name, err)
+		}
 	}
 	return nil
 }
@@ -138,12 +168,12 @@ func (t *tracker) pick(path string, rng *rand.Rand) string {
 	return name
 }
 
-// paths is phase's latencies per path.
+// paths is phase's latencies per path that had pods in it.
 func (t *tracker) paths(phase string) []Path {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []Path
-	for _, path := range []string{PathDevicePlugin, PathDRA} {
+	for _, path := range []string{PathDevicePlugin, PathDRA, PathCEL} {
 		var bound, running []time.Duration
 		n := 0
 		for _, p := range t.pods {
@@ -157,6 +187,9 @@ func (t *tracker) paths(phase string) []Path {
 			if !p.running.IsZero() {
 				running = append(running, p.running.Sub(p.created))
 			}
+		}
+		if n == 0 {
+			continue
 		}
 		out = append(out, Path{Name: path, Pods: n, Scheduled: latency(bound), Running: latency(running)})
 	}

@@ -24,6 +24,8 @@ type Report struct {
 	SliceP50     Duration `json:"sliceP50"`
 	DRANodes     int      `json:"draNodes"`
 	Phases       []Phase  `json:"phases"`
+	// Storm is the health storm's figures; nil without one.
+	Storm *Storm `json:"storm,omitempty"`
 	// EtcdDBBytes is etcd's database size at the end, EtcdDBInUseBytes the part in use.
 	EtcdDBBytes      int64     `json:"etcdDBBytes"`
 	EtcdDBInUseBytes int64     `json:"etcdDBInUseBytes"`
@@ -120,6 +122,9 @@ func (r Report) Write(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %s\n", strings.Join(parts, ", "))
 	}
+	if st := r.Storm; st != nil {
+		st.write(w)
+	}
 	fmt.Fprintf(w, "\netcd db %s (%s in use)\n", mib(r.EtcdDBBytes), mib(r.EtcdDBInUseBytes))
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "process\tRSS\tpeak RSS")
@@ -130,3 +135,22 @@ func (r Report) Write(w io.Writer) {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func (st *Storm) write(w io.Writer) {
+	fmt.Fprintf(w, "\nhealth storm: %d+%d GPUs on %d device-plugin + %d DRA nodes flapping at 1 Hz for %s, limiter interval %s; %d changes, %d+%d delivered\n",
+		st.FlappingGPUs[PathDevicePlugin], st.FlappingGPUs[PathDRA], st.FlappingNodes[PathDevicePlugin], st.FlappingNodes[PathDRA],
+		st.Duration, st.Interval, st.Changes, st.Delivered[PathDevicePlugin], st.Delivered[PathDRA])
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "path\twrite\tstorm\tquiet\texcess\texcess/s\tbound\twithin")
+	for _, x := range st.Writes {
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.1f\t%d\t%t\n", x.Path, x.Request, x.Storm, x.Quiet, x.Excess, x.PerSecond, x.Bound, x.Within)
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "probe pods\tquiet p50\tp99\tstorm p50\tp99\tp50 ratio\tp99 ratio")
+	for _, l := range st.Latency {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\n", l.Path, l.Quiet.P50, l.Quiet.P99, l.Storm.P50, l.Storm.P99, l.P50Ratio, l.P99Ratio)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "GPUs in a wrong state after the storm: %d (settled in %s)\n", st.Wrong, st.Settled)
+}

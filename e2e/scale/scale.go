@@ -4,7 +4,9 @@
 // on ports and a run dir of its own). The DRA nodes' ResourceSlices are nvinject-dra's
 // own (dra/scalesim); pods ask for nvidia.com/gpu: 1, which on DRA nodes the
 // DeviceClass's extendedResourceName serves. Run measures slice publication, the
-// fill to 90 % of the GPUs, a steady churn, the API traffic, etcd and memory.
+// fill to 90 % of the GPUs, a steady churn, pods of a CEL claim template, a
+// health storm (a share of the GPUs flapping through the daemons' limiter) against
+// a quiet phase, the API traffic, etcd and memory.
 package scale
 
 import (
@@ -12,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,11 +26,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvinject/nvinject/deploy"
 	"github.com/nvinject/nvinject/e2e/kwok"
 	"github.com/nvinject/nvinject/e2e/localnode"
+	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 )
 
 // Ports are the simulator's control-plane ports, apart from localnode.DefaultPorts so
@@ -53,6 +59,15 @@ type Config struct {
 	// ChurnRate pods a second are replaced for ChurnFor.
 	ChurnRate float64
 	ChurnFor  time.Duration
+	// CELPods are created through the CEL claim template after the churn
+	// (0: max(10, Nodes/10)).
+	CELPods int
+	// Storm is how long StormFraction of the GPUs flap after a quiet phase of
+	// the same length (0: no storm); HealthInterval is the daemons'
+	// --health-update-interval.
+	Storm          time.Duration
+	StormFraction  float64
+	HealthInterval time.Duration
 	// Workers create the fill's pods at once.
 	Workers int
 	// WaitFor bounds each wait (nodes Ready, slices, pods Running).
@@ -83,6 +98,15 @@ func (c Config) Defaults() Config {
 	if c.ChurnFor == 0 {
 		c.ChurnFor = time.Minute
 	}
+	if c.CELPods == 0 {
+		c.CELPods = max(10, c.Nodes/10)
+	}
+	if c.StormFraction == 0 {
+		c.StormFraction = 0.01
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = nodeconfig.DefaultHealthUpdate
+	}
 	if c.Workers == 0 {
 		c.Workers = 32
 	}
@@ -100,6 +124,9 @@ const (
 	phaseSlices  = "slices"
 	phaseFill    = "fill"
 	phaseChurn   = "churn"
+	phaseCEL     = "cel"
+	phaseQuiet   = "quiet"
+	phaseStorm   = "storm"
 	deviceClassF = "components/dra/deviceclass.yaml"
 )
 
@@ -243,11 +270,73 @@ func Run(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 
+	log.Info("CEL claim-template pods", "pods", cfg.CELPods, "selector", celSelector)
+	if err := cel(ctx, client, t, cfg.CELPods, cfg.ChurnRate, cfg.WaitFor); err != nil {
+		return rep, fmt.Errorf("cel: %w; see %s", err, node.LogFile("kube-scheduler"))
+	}
+	if err := m.phase(ctx, &rep, phaseCEL, func(ph *Phase) error { return paths(ctx, client, t, ph) }); err != nil {
+		return rep, err
+	}
+	if err := t.reap(ctx, client, phaseCEL); err != nil {
+		return rep, err
+	}
+
+	if cfg.Storm > 0 {
+		if err := runStorm(ctx, cfg, client, t, m, &rep, nodes, pub.byNode); err != nil {
+			return rep, fmt.Errorf("storm: %w; see %s", err, node.LogFile("kube-scheduler"))
+		}
+	}
+
 	if err := final(ctx, scr, node, k, &rep); err != nil {
 		return rep, err
 	}
 	rep.Took = Duration(time.Since(start))
 	return rep, nil
+}
+
+// runStorm runs the quiet phase, then the storm, each with probe pods kept
+// off the flapping nodes, and fills rep.Storm.
+func runStorm(ctx context.Context, cfg Config, client kubernetes.Interface, t *tracker, m *meter, rep *Report, nodes []simNode, ctrls map[string]*resourceslice.Controller) error {
+	chosen := stormNodes(nodes, max(2, int(math.Round(cfg.StormFraction*float64(rep.GPUs)))))
+	var avoided []string
+	for i := range chosen {
+		avoided = append(avoided, nodes[i].sim.Name())
+	}
+	slices.Sort(avoided)
+	st := &Storm{Duration: Duration(cfg.Storm), Interval: Duration(cfg.HealthInterval)}
+	withPaths := func(ph *Phase) error { return paths(ctx, client, t, ph) }
+
+	cfg.Log.Info("quiet phase: probe pods", "for", cfg.Storm)
+	if err := probe(ctx, client, t, phaseQuiet, cfg.Storm, avoided, cfg.WaitFor); err != nil {
+		return err
+	}
+	if err := m.phase(ctx, rep, phaseQuiet, withPaths); err != nil {
+		return err
+	}
+
+	cfg.Log.Info("health storm", "nodes", len(chosen), "for", cfg.Storm, "interval", cfg.HealthInterval)
+	probed := make(chan error, 1)
+	go func() { probed <- probe(ctx, client, t, phaseStorm, cfg.Storm, avoided, cfg.WaitFor) }()
+	serr := storm(ctx, client, nodes, chosen, ctrls, cfg.Storm, cfg.HealthInterval, st)
+	if perr := <-probed; serr == nil {
+		serr = perr
+	}
+	if serr != nil {
+		return serr
+	}
+	wrongs, took, err := settle(ctx, client, nodes, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	st.Wrong, st.Settled = wrongs, Duration(took)
+	if err := m.phase(ctx, rep, phaseStorm, withPaths); err != nil {
+		return err
+	}
+	quiet, stormPh := rep.Phases[len(rep.Phases)-2], rep.Phases[len(rep.Phases)-1]
+	st.Writes = stormWrites(st, quiet, stormPh)
+	st.Latency = latencyRatios(quiet, stormPh)
+	rep.Storm = st
+	return nil
 }
 
 // setup creates the pods' namespace and nvinject's DeviceClass, as deploy/ ships it.

@@ -16,7 +16,9 @@ import (
 
 // TestFiftyNodes runs the simulator's whole path on 50 nodes: slices of every DRA
 // node published, 90 % of the GPUs filled through both paths (DRA pods each with an
-// allocated claim, device-plugin pods with none), churn.
+// allocated claim, device-plugin pods with none), churn, CEL claim-template pods, and
+// a short health storm that leaves no GPU in a wrong state and stays within the
+// limiter's bound.
 func TestFiftyNodes(t *testing.T) {
 	tools := os.Getenv("NVINJECT_TOOLS_BIN")
 	if tools == "" {
@@ -38,7 +40,7 @@ func TestFiftyNodes(t *testing.T) {
 	ports := localnode.Ports{EtcdClient: 25790, EtcdPeer: 25800, APIServer: 18443,
 		ControllerManager: 12357, Scheduler: 12359, Kubelet: 12350, KubeletHealthz: 12348}
 	rep, err := scale.Run(ctx, scale.Config{Nodes: 50, RunDir: "/tmp/nvinject-scale-test", Ports: ports,
-		ToolsBin: tools, KwokBin: kwokBin, ChurnFor: 10 * time.Second, WaitFor: 2 * time.Minute})
+		ToolsBin: tools, KwokBin: kwokBin, ChurnFor: 5 * time.Second, Storm: 10 * time.Second, WaitFor: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +58,26 @@ func TestFiftyNodes(t *testing.T) {
 			t.Errorf("phase %s counted no API request", ph.Name)
 		}
 	}
-	if got := strings.Join(names, ","); got != "nodes,slices,fill,churn" {
-		t.Fatalf("phases %s, want nodes,slices,fill,churn", got)
+	if got := strings.Join(names, ","); got != "nodes,slices,fill,churn,cel,quiet,storm" {
+		t.Fatalf("phases %s, want nodes,slices,fill,churn,cel,quiet,storm", got)
+	}
+	if cel := rep.Phases[4].Paths; len(cel) != 1 || cel[0].Name != scale.PathCEL || cel[0].Pods != 10 || cel[0].Claims != 10 || cel[0].Running.P50 <= 0 {
+		t.Errorf("cel: %+v; want 10 %s pods, each with an allocated claim", cel, scale.PathCEL)
+	}
+	st := rep.Storm
+	if st == nil {
+		t.Fatal("no storm figures")
+	}
+	if st.Wrong != 0 || st.FlappingNodes[scale.PathDRA] != 2 || st.FlappingNodes[scale.PathDevicePlugin] != 2 {
+		t.Errorf("storm: %d GPUs in a wrong state, flapping nodes %v; want 0 and 2 per path", st.Wrong, st.FlappingNodes)
+	}
+	for _, w := range st.Writes {
+		if !w.Within || w.Excess == 0 {
+			t.Errorf("storm %s: %.0f %s beyond the quiet phase's, bound %d; want some, within it", w.Path, w.Excess, w.Request, w.Bound)
+		}
+	}
+	if len(st.Latency) != 2 {
+		t.Errorf("storm latency %+v, want both paths' probes", st.Latency)
 	}
 	fill := rep.Phases[2]
 	for _, p := range fill.Paths {

@@ -3,9 +3,12 @@
 // (KWOK) of 8 simulated GPUs each, half on the device plugin's path and half on
 // DRA's, publishes the DRA nodes' ResourceSlices with nvinject-dra's own code, fills
 // 90 % of the GPUs with pods asking for nvidia.com/gpu: 1, churns 5 pods a second for
-// a minute, prints what it measured and tears everything down.
+// a minute, runs pods of a CEL claim template (GPUs of >= 80Gi), then a quiet minute
+// and a health storm (1 % of the GPUs flapping at 1 Hz through the daemons' health
+// limiter), prints what it measured and tears everything down.
 //
 //	nvinject-scale [--nodes 1000] [--run-dir /tmp/nvinject-scale] [--json] [--fill 0.9] [--churn 1m]
+//	               [--storm 1m] [--storm-fraction 0.01]
 //
 // It needs the pinned control-plane programs (NVINJECT_TOOLS_BIN, `make tools`) and
 // builds KWOK (e2e/kwok) into the machine-wide cache if it is not there.
@@ -46,6 +49,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fill := fs.Float64("fill", 0.9, "fraction of the GPUs the fill asks for, in (0, 1]")
 	churnFor := fs.Duration("churn", time.Minute, "how long to replace 5 pods a second after the fill")
+	stormFor := fs.Duration("storm", time.Minute, "how long GPUs flap after a quiet phase of the same length (0: no storm)")
+	stormFraction := fs.Float64("storm-fraction", 0.01, "fraction of the GPUs that flap in the storm (0: no storm)")
 	timeout := fs.Duration("timeout", 40*time.Minute, "give up after this long")
 	logFlags.Register(fs, logging.Text)
 	c.Env("tools-bin", "NVINJECT_TOOLS_BIN")
@@ -59,8 +64,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cli.Usagef("--nodes %d: give at least 2 (one per path)", *nodes)
 	case *fill <= 0 || *fill > 1:
 		return cli.Usagef("--fill %g: give a fraction in (0, 1]", *fill)
+	case *stormFraction < 0 || *stormFraction > 1 || *stormFor < 0:
+		return cli.Usagef("--storm %s --storm-fraction %g: give a duration >= 0 and a fraction in [0, 1]", *stormFor, *stormFraction)
 	case *toolsBin == "":
 		return cli.Usagef("--tools-bin (NVINJECT_TOOLS_BIN) is unset: run `make tools` and give the bin dir it prints (make scale does both)")
+	}
+	if *stormFraction == 0 {
+		*stormFor = 0
 	}
 	log, err := logFlags.Logger(stderr)
 	if err != nil {
@@ -72,7 +82,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	rep, err := scale.Run(ctx, scale.Config{Nodes: *nodes, RunDir: *runDir, ToolsBin: *toolsBin, KwokBin: kwokBin, Fill: *fill, ChurnFor: *churnFor, Log: log})
+	rep, err := scale.Run(ctx, scale.Config{Nodes: *nodes, RunDir: *runDir, ToolsBin: *toolsBin, KwokBin: kwokBin, Fill: *fill, ChurnFor: *churnFor,
+		Storm: *stormFor, StormFraction: *stormFraction, Log: log})
 	if err != nil {
 		return fmt.Errorf("%w; the components' logs are in %s/logs", err, *runDir)
 	}
