@@ -26,11 +26,11 @@ func avoid(pod *corev1.Pod, nodes []string) {
 	}}
 }
 
-// probe creates one pod a second per path for d, kept off the avoided nodes,
-// and deletes each once it runs so the free capacity stays as it was; it
-// returns once every one ran.
-func probe(ctx context.Context, client kubernetes.Interface, t *tracker, phase string, d time.Duration, avoided []string, timeout time.Duration) error {
-	tick := time.NewTicker(time.Second)
+// probe creates rate pods a second per path for d, kept off the avoided
+// nodes, and deletes each once it runs so the free capacity stays as it was;
+// it returns once every one ran.
+func probe(ctx context.Context, client kubernetes.Interface, t *tracker, phase string, d time.Duration, rate float64, avoided []string, timeout time.Duration) error {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
 	end := time.Now().Add(d)
 	reap := func() error { return t.reap(ctx, client, phase) }

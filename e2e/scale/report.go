@@ -137,9 +137,9 @@ func (r Report) Write(w io.Writer) {
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 func (st *Storm) write(w io.Writer) {
-	fmt.Fprintf(w, "\nhealth storm: %d+%d GPUs on %d device-plugin + %d DRA nodes flapping at 1 Hz for %s, limiter interval %s; %d changes, %d+%d delivered\n",
+	fmt.Fprintf(w, "\nhealth storm: %d+%d GPUs on %d device-plugin + %d DRA nodes flapping at 1 Hz (out of step) for %s, limiter interval %s, kubelet status sync %s; %d changes, %d ListAndWatch sends, %d slice updates\n",
 		st.FlappingGPUs[PathDevicePlugin], st.FlappingGPUs[PathDRA], st.FlappingNodes[PathDevicePlugin], st.FlappingNodes[PathDRA],
-		st.Duration, st.Interval, st.Changes, st.Delivered[PathDevicePlugin], st.Delivered[PathDRA])
+		st.Duration, st.Interval, st.KubeletSync, st.Changes, st.Delivered[PathDevicePlugin], st.Delivered[PathDRA])
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "path\twrite\tstorm\tquiet\texcess\texcess/s\tbound\twithin")
 	for _, x := range st.Writes {

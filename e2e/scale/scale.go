@@ -64,10 +64,16 @@ type Config struct {
 	CELPods int
 	// Storm is how long StormFraction of the GPUs flap after a quiet phase of
 	// the same length (0: no storm); HealthInterval is the daemons'
-	// --health-update-interval.
+	// --health-update-interval; KubeletSync the device-plugin nodes'
+	// kubelet nodeStatusUpdateFrequency (10s).
 	Storm          time.Duration
 	StormFraction  float64
 	HealthInterval time.Duration
+	KubeletSync    time.Duration
+	// ProbeRate pods a second a path are created in the quiet and storm
+	// phases to time unrelated pods' scheduling (3: 180 a path a minute,
+	// enough samples for a p99).
+	ProbeRate float64
 	// Workers create the fill's pods at once.
 	Workers int
 	// WaitFor bounds each wait (nodes Ready, slices, pods Running).
@@ -107,6 +113,12 @@ func (c Config) Defaults() Config {
 	if c.HealthInterval == 0 {
 		c.HealthInterval = nodeconfig.DefaultHealthUpdate
 	}
+	if c.KubeletSync == 0 {
+		c.KubeletSync = kubeletNodeStatusUpdate
+	}
+	if c.ProbeRate == 0 {
+		c.ProbeRate = 3
+	}
 	if c.Workers == 0 {
 		c.Workers = 32
 	}
@@ -118,6 +130,9 @@ func (c Config) Defaults() Config {
 	}
 	return c
 }
+
+// kubeletNodeStatusUpdate is kubelet's default nodeStatusUpdateFrequency.
+const kubeletNodeStatusUpdate = 10 * time.Second
 
 const (
 	phaseNodes   = "nodes"
@@ -303,11 +318,11 @@ func runStorm(ctx context.Context, cfg Config, client kubernetes.Interface, t *t
 		avoided = append(avoided, nodes[i].sim.Name())
 	}
 	slices.Sort(avoided)
-	st := &Storm{Duration: Duration(cfg.Storm), Interval: Duration(cfg.HealthInterval)}
+	st := &Storm{Duration: Duration(cfg.Storm), Interval: Duration(cfg.HealthInterval), KubeletSync: Duration(cfg.KubeletSync)}
 	withPaths := func(ph *Phase) error { return paths(ctx, client, t, ph) }
 
 	cfg.Log.Info("quiet phase: probe pods", "for", cfg.Storm)
-	if err := probe(ctx, client, t, phaseQuiet, cfg.Storm, avoided, cfg.WaitFor); err != nil {
+	if err := probe(ctx, client, t, phaseQuiet, cfg.Storm, cfg.ProbeRate, avoided, cfg.WaitFor); err != nil {
 		return err
 	}
 	if err := m.phase(ctx, rep, phaseQuiet, withPaths); err != nil {
@@ -316,8 +331,8 @@ func runStorm(ctx context.Context, cfg Config, client kubernetes.Interface, t *t
 
 	cfg.Log.Info("health storm", "nodes", len(chosen), "for", cfg.Storm, "interval", cfg.HealthInterval)
 	probed := make(chan error, 1)
-	go func() { probed <- probe(ctx, client, t, phaseStorm, cfg.Storm, avoided, cfg.WaitFor) }()
-	serr := storm(ctx, client, nodes, chosen, ctrls, cfg.Storm, cfg.HealthInterval, st)
+	go func() { probed <- probe(ctx, client, t, phaseStorm, cfg.Storm, cfg.ProbeRate, avoided, cfg.WaitFor) }()
+	serr := storm(ctx, client, nodes, chosen, ctrls, cfg.Storm, cfg.HealthInterval, cfg.KubeletSync, st)
 	if perr := <-probed; serr == nil {
 		serr = perr
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -20,9 +21,9 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// The API writes a delivered health change costs, by path: nvinject-dra
-// republishes the node's ResourceSlice; on a device-plugin node kubelet
-// writes the Node's allocatable.
+// The API writes a health change costs, by path: nvinject-dra republishes
+// the node's ResourceSlice; on a device-plugin node kubelet writes the
+// Node's allocatable on its next status sync.
 var stormWrite = map[string]string{
 	PathDRA:          requestKey("PUT", "resourceslices", ""),
 	PathDevicePlugin: requestKey("PATCH", "nodes", "status"),
@@ -32,14 +33,117 @@ var stormWrite = map[string]string{
 const stormReason = "Xid 48: double-bit ECC error"
 
 // flapper is one node whose GPUs flap: its states go through the limiter
-// nvinject's daemons report health through, and each delivery is one write.
+// nvinject's daemons report health through; on a DRA node each delivery is
+// one write, on a device-plugin node kubelet writes on its status sync.
 type flapper struct {
 	node   simNode
 	gpus   []int // indexes into the node's states
 	states []health.State
 	lim    *coalesce.Limiter[[]health.State]
+	// offset is when in each second this node's GPUs flap: flaps on many
+	// nodes are not in step.
+	offset time.Duration
 	// last is what the limiter delivered last (under storm's lock).
 	last []health.State
+	// kubelet writes a device-plugin node's allocatable; nil on DRA nodes.
+	kubelet *kubeletStatus
+}
+
+// flap toggles f's GPUs every half second from its offset until end, an
+// Xid and then its recovery, each change handed to the limiter; it returns
+// the changes made.
+func (f *flapper) flap(ctx context.Context, end time.Time) int {
+	select {
+	case <-ctx.Done():
+		return 0
+	case <-time.After(f.offset):
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	n := 0
+	for unhealthy := true; time.Now().Before(end); unhealthy = !unhealthy {
+		for _, g := range f.gpus {
+			f.states[g] = health.State{UUID: f.states[g].UUID, Healthy: !unhealthy}
+			if unhealthy {
+				f.states[g].Reason = stormReason
+			}
+		}
+		f.lim.Update(slices.Clone(f.states))
+		n++
+		select {
+		case <-ctx.Done():
+			return n
+		case <-tick.C:
+		}
+	}
+	return n
+}
+
+// kubeletStatus stands for a device-plugin node's kubelet: it takes the
+// plugin's ListAndWatch sends as they come and writes the node's
+// allocatable on its own status sync, every period
+// (nodeStatusUpdateFrequency), only when it changed, as kubelet's
+// syncNodeStatus does.
+type kubeletStatus struct {
+	period, offset time.Duration
+	write          func(ctx context.Context, healthy int) error
+	mu             sync.Mutex
+	latest         int
+	written        int
+}
+
+func newKubeletStatus(gpus int, period, offset time.Duration, write func(context.Context, int) error) *kubeletStatus {
+	return &kubeletStatus{period: period, offset: offset, write: write, latest: gpus, written: gpus}
+}
+
+// set is one ListAndWatch send: the healthy GPUs the plugin lists.
+func (k *kubeletStatus) set(states []health.State) {
+	healthy := 0
+	for _, s := range states {
+		if s.Healthy {
+			healthy++
+		}
+	}
+	k.mu.Lock()
+	k.latest = healthy
+	k.mu.Unlock()
+}
+
+// synced reports whether the node's allocatable is the plugin's last list.
+func (k *kubeletStatus) synced() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.latest == k.written
+}
+
+// run syncs every period from offset on until ctx ends; writes use wctx,
+// so one in flight when ctx ends completes.
+func (k *kubeletStatus) run(ctx, wctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(k.offset):
+	}
+	tick := time.NewTicker(k.period)
+	defer tick.Stop()
+	for {
+		k.mu.Lock()
+		latest, changed := k.latest, k.latest != k.written
+		k.mu.Unlock()
+		if changed {
+			if err := k.write(wctx, latest); err != nil {
+				return err
+			}
+			k.mu.Lock()
+			k.written = latest
+			k.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
 }
 
 // stormNodes spreads gpus flapping GPUs over the nodes, both paths taking
@@ -76,6 +180,13 @@ func stormBound(nodes int, d, interval time.Duration) int {
 	return nodes * (int(math.Ceil(float64(d)/float64(interval))) + 1)
 }
 
+// syncBound is the most writes kubelets syncing every period make for
+// nodes whose plugins send for d through a limiter at interval: one a sync,
+// the last sync within a period after the final send.
+func syncBound(nodes int, d, interval, period time.Duration) int {
+	return nodes * (int((d+interval+period)/period) + 1)
+}
+
 // ratio is storm over quiet, 0 where quiet is 0.
 func ratio(storm, quiet Duration) float64 {
 	if quiet <= 0 {
@@ -84,12 +195,21 @@ func ratio(storm, quiet Duration) float64 {
 	return float64(storm) / float64(quiet)
 }
 
+// spread is the i-th of n offsets evenly over period.
+func spread(i, n int, period time.Duration) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(i) * period / time.Duration(n)
+}
+
 // storm flaps the chosen GPUs at 1 Hz (an Xid, half a second later its
-// recovery) for d, every change through a limiter at interval whose
-// deliveries write: the DRA node's ResourceSlice through its controller,
-// the device-plugin node's allocatable. It returns once the last flap's
-// final state was delivered.
-func storm(parent context.Context, client kubernetes.Interface, nodes []simNode, chosen map[int][]int, ctrls map[string]*resourceslice.Controller, d, interval time.Duration, st *Storm) error {
+// recovery; each node at its own point in the second) for d, every change
+// through a limiter at interval. The DRA node's deliveries republish its
+// ResourceSlice through its controller; the device-plugin node's go to
+// its kubelet, which writes allocatable on its status sync every
+// kubeletSync. It returns once every node's final state was written.
+func storm(parent context.Context, client kubernetes.Interface, nodes []simNode, chosen map[int][]int, ctrls map[string]*resourceslice.Controller, d, interval, kubeletSync time.Duration, st *Storm) error {
 	// Writes use parent: one in flight when the limiters stop completes.
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
@@ -104,16 +224,31 @@ func storm(parent context.Context, client kubernetes.Interface, nodes []simNode,
 		mu.Unlock()
 	}
 	st.Delivered = map[string]int{}
+	idx := slices.Sorted(maps.Keys(chosen))
 	var flappers []*flapper
-	for i, gpus := range chosen {
+	for j, i := range idx {
 		n := nodes[i]
-		f := &flapper{node: n, gpus: gpus, states: n.sim.Reported()}
+		f := &flapper{node: n, gpus: chosen[i], states: n.sim.Reported(), offset: spread(j, len(idx), time.Second)}
 		f.last = slices.Clone(f.states)
 		st.FlappingNodes.add(n.path, 1)
-		st.FlappingGPUs.add(n.path, len(gpus))
+		st.FlappingGPUs.add(n.path, len(f.gpus))
+		if n.path == PathDevicePlugin {
+			f.kubelet = newKubeletStatus(len(f.states), kubeletSync, spread(j, len(idx), kubeletSync),
+				func(ctx context.Context, healthy int) error {
+					return writeAllocatable(ctx, client, n.sim.Name(), healthy)
+				})
+			wg.Go(func() {
+				if err := f.kubelet.run(ctx, parent); err != nil {
+					fail(err)
+				}
+			})
+		}
 		deliver := func(states []health.State) {
-			if err := write(parent, client, n, ctrls[n.sim.Name()], states); err != nil {
-				fail(err)
+			if f.kubelet != nil {
+				f.kubelet.set(states)
+			} else {
+				res := n.sim.SetReported(states)
+				ctrls[n.sim.Name()].Update(&res)
 			}
 			mu.Lock()
 			st.Delivered[n.path]++
@@ -125,44 +260,39 @@ func storm(parent context.Context, client kubernetes.Interface, nodes []simNode,
 		flappers = append(flappers, f)
 		wg.Go(func() { f.lim.Run(ctx) })
 	}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
 	end := time.Now().Add(d)
-	for unhealthy := true; time.Now().Before(end); unhealthy = !unhealthy {
-		for _, f := range flappers {
-			for _, g := range f.gpus {
-				f.states[g] = health.State{UUID: f.states[g].UUID, Healthy: !unhealthy}
-				if unhealthy {
-					f.states[g].Reason = stormReason
-				}
-			}
-			f.lim.Update(slices.Clone(f.states))
-			st.Changes++
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
+	var flaps sync.WaitGroup
+	for _, f := range flappers {
+		flaps.Go(func() {
+			n := f.flap(ctx, end)
+			mu.Lock()
+			st.Changes += n
+			mu.Unlock()
+		})
 	}
-	// The last change was a recovery unless the storm ended on an Xid.
+	flaps.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// The last change was a recovery unless a node's storm ended on an Xid.
 	for _, f := range flappers {
 		for _, g := range f.gpus {
 			f.states[g] = health.State{UUID: f.states[g].UUID, Healthy: true}
 		}
 		f.lim.Update(slices.Clone(f.states))
 	}
-	// The final state goes out within interval, then the limiters stop.
-	err := poll(parent, interval+time.Minute, 100*time.Millisecond, func() (bool, string, error) {
+	// The final state goes out within interval and, on device-plugin nodes,
+	// is written at kubelet's next sync; then the limiters stop.
+	err := poll(parent, interval+kubeletSync+time.Minute, 100*time.Millisecond, func() (bool, string, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		left := 0
 		for _, f := range flappers {
-			if !slices.Equal(f.last, f.states) {
+			if !slices.Equal(f.last, f.states) || (f.kubelet != nil && !f.kubelet.synced()) {
 				left++
 			}
 		}
-		return left == 0, fmt.Sprintf("%d nodes' final health not delivered", left), nil
+		return left == 0, fmt.Sprintf("%d nodes' final health not written", left), nil
 	})
 	cancel()
 	wg.Wait()
@@ -175,29 +305,15 @@ func storm(parent context.Context, client kubernetes.Interface, nodes []simNode,
 	return nil
 }
 
-// write is one delivered health change: the DRA node's slice republished by
-// its ResourceSlice controller, or the device-plugin node's allocatable
-// nvidia.com/gpu set to its healthy GPUs. Kubelet takes the plugin's
-// ListAndWatch and writes node status on its own sync (10 s); the limiter's
-// output stands for that write here.
-func write(ctx context.Context, client kubernetes.Interface, n simNode, c *resourceslice.Controller, states []health.State) error {
-	if n.path == PathDRA {
-		res := n.sim.SetReported(states)
-		c.Update(&res)
-		return nil
-	}
-	healthy := 0
-	for _, s := range states {
-		if s.Healthy {
-			healthy++
-		}
-	}
+// writeAllocatable is kubelet's node status write of a device-plugin
+// node's allocatable nvidia.com/gpu, its healthy GPUs.
+func writeAllocatable(ctx context.Context, client kubernetes.Interface, node string, healthy int) error {
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"allocatable": corev1.ResourceList{contract.ResourceName: mustQuantity(fmt.Sprint(healthy))}}})
 	if err != nil {
 		return err
 	}
-	if _, err := client.CoreV1().Nodes().Patch(ctx, n.sim.Name(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		return fmt.Errorf("report the allocatable GPUs of node %s: %w", n.sim.Name(), err)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		return fmt.Errorf("report the allocatable GPUs of node %s: %w", node, err)
 	}
 	return nil
 }
@@ -263,13 +379,16 @@ func (p *PerPath) add(path string, n int) {
 
 // Storm is what the health storm measured.
 type Storm struct {
-	// Duration the GPUs flapped, Interval the limiter's (--health-update-interval).
+	// Duration the GPUs flapped, Interval the limiter's (--health-update-interval),
+	// KubeletSync the device-plugin nodes' kubelet status sync.
 	Duration      Duration `json:"duration"`
 	Interval      Duration `json:"interval"`
+	KubeletSync   Duration `json:"kubeletSync"`
 	FlappingNodes PerPath  `json:"flappingNodes"`
 	FlappingGPUs  PerPath  `json:"flappingGPUs"`
 	// Changes is the health changes handed to the limiters, Delivered what
-	// they let through (each one write).
+	// they let through: slice updates on DRA nodes, ListAndWatch sends to
+	// kubelet on device-plugin nodes.
 	Changes   int          `json:"changes"`
 	Delivered PerPath      `json:"delivered"`
 	Writes    []StormWrite `json:"writes"`
@@ -283,7 +402,8 @@ type Storm struct {
 
 // StormWrite is one path's health writes: the API server's count in the
 // storm phase, less the quiet phase's (scaled to the same length; others
-// make them too, KWOK for one), against the limiter's bound.
+// make them too, KWOK for one), against the bound: the limiter's on DRA
+// nodes, kubelet's status sync on device-plugin nodes.
 type StormWrite struct {
 	Path      string  `json:"path"`
 	Request   string  `json:"request"`
@@ -313,8 +433,12 @@ func stormWrites(st *Storm, quiet, storm Phase) []StormWrite {
 	var out []StormWrite
 	for _, path := range []string{PathDevicePlugin, PathDRA} {
 		key := stormWrite[path]
-		w := StormWrite{Path: path, Request: key, Storm: storm.Requests[key], Quiet: quiet.Requests[key] * scale,
-			Bound: stormBound(st.FlappingNodes[path], time.Duration(st.Duration), time.Duration(st.Interval))}
+		d, interval := time.Duration(st.Duration), time.Duration(st.Interval)
+		bound := stormBound(st.FlappingNodes[path], d, interval)
+		if path == PathDevicePlugin {
+			bound = syncBound(st.FlappingNodes[path], d, interval, time.Duration(st.KubeletSync))
+		}
+		w := StormWrite{Path: path, Request: key, Storm: storm.Requests[key], Quiet: quiet.Requests[key] * scale, Bound: bound}
 		w.Excess = max(0, w.Storm-w.Quiet)
 		w.PerSecond = w.Excess / time.Duration(st.Duration).Seconds()
 		w.Within = w.Excess <= float64(w.Bound)

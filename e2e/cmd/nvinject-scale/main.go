@@ -51,6 +51,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	churnFor := fs.Duration("churn", time.Minute, "how long to replace 5 pods a second after the fill")
 	stormFor := fs.Duration("storm", time.Minute, "how long GPUs flap after a quiet phase of the same length (0: no storm)")
 	stormFraction := fs.Float64("storm-fraction", 0.01, "fraction of the GPUs that flap in the storm (0: no storm)")
+	probeRate := fs.Float64("probe-rate", 3, "pods a second a path timed in the quiet and storm phases")
+	kubeletSync := fs.Duration("kubelet-sync", 10*time.Second, "device-plugin nodes' kubelet node status sync (nodeStatusUpdateFrequency)")
 	timeout := fs.Duration("timeout", 40*time.Minute, "give up after this long")
 	logFlags.Register(fs, logging.Text)
 	c.Env("tools-bin", "NVINJECT_TOOLS_BIN")
@@ -66,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return cli.Usagef("--fill %g: give a fraction in (0, 1]", *fill)
 	case *stormFraction < 0 || *stormFraction > 1 || *stormFor < 0:
 		return cli.Usagef("--storm %s --storm-fraction %g: give a duration >= 0 and a fraction in [0, 1]", *stormFor, *stormFraction)
+	case *probeRate <= 0 || *kubeletSync <= 0:
+		return cli.Usagef("--probe-rate %g --kubelet-sync %s: give both above 0", *probeRate, *kubeletSync)
 	case *toolsBin == "":
 		return cli.Usagef("--tools-bin (NVINJECT_TOOLS_BIN) is unset: run `make tools` and give the bin dir it prints (make scale does both)")
 	}
@@ -83,7 +87,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	rep, err := scale.Run(ctx, scale.Config{Nodes: *nodes, RunDir: *runDir, ToolsBin: *toolsBin, KwokBin: kwokBin, Fill: *fill, ChurnFor: *churnFor,
-		Storm: *stormFor, StormFraction: *stormFraction, Log: log})
+		Storm: *stormFor, StormFraction: *stormFraction, ProbeRate: *probeRate, KubeletSync: *kubeletSync, Log: log})
 	if err != nil {
 		return fmt.Errorf("%w; the components' logs are in %s/logs", err, *runDir)
 	}
