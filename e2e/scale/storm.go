@@ -212,12 +212,12 @@ func spread(i, n int, period time.Duration) time.Duration {
 func storm(parent context.Context, client kubernetes.Interface, nodes []simNode, chosen map[int][]int, ctrls map[string]*resourceslice.Controller, d, interval, kubeletSync time.Duration, st *Storm) error {
 	// Writes use parent: one in flight when the limiters stop completes.
 	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
 	var (
 		mu   sync.Mutex
 		errs []error
 		wg   sync.WaitGroup
 	)
+	defer func() { cancel(); wg.Wait() }()
 	fail := func(err error) {
 		mu.Lock()
 		errs = append(errs, err)
