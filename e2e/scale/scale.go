@@ -71,8 +71,7 @@ type Config struct {
 	HealthInterval time.Duration
 	KubeletSync    time.Duration
 	// ProbeRate pods a second a path are created in the quiet and storm
-	// phases to time unrelated pods' scheduling (3: 180 a path a minute,
-	// enough samples for a p99).
+	// phases to time unrelated pods' scheduling.
 	ProbeRate float64
 	// Workers create the fill's pods at once.
 	Workers int
@@ -114,10 +113,10 @@ func (c Config) Defaults() Config {
 		c.HealthInterval = nodeconfig.DefaultHealthUpdate
 	}
 	if c.KubeletSync == 0 {
-		c.KubeletSync = kubeletNodeStatusUpdate
+		c.KubeletSync = DefaultKubeletSync
 	}
 	if c.ProbeRate == 0 {
-		c.ProbeRate = 3
+		c.ProbeRate = DefaultProbeRate
 	}
 	if c.Workers == 0 {
 		c.Workers = 32
@@ -131,8 +130,12 @@ func (c Config) Defaults() Config {
 	return c
 }
 
-// kubeletNodeStatusUpdate is kubelet's default nodeStatusUpdateFrequency.
-const kubeletNodeStatusUpdate = 10 * time.Second
+// DefaultKubeletSync is kubelet's default nodeStatusUpdateFrequency;
+// DefaultProbeRate gives 180 probe pods a path a minute, enough for a p99.
+const (
+	DefaultKubeletSync = 10 * time.Second
+	DefaultProbeRate   = 3.0
+)
 
 const (
 	phaseNodes   = "nodes"
