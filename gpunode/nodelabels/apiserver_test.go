@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nvinject/nvinject/shared/contract"
@@ -74,9 +73,7 @@ func TestPublishOnARealAPIServer(t *testing.T) {
 	// A Node deleted and created again under the same name between the read
 	// and the apply has another UID: the precondition refuses. A Node that
 	// is gone is not created.
-	_, err = nodes.Apply(ctx, corev1ac.Node(name).WithUID("not-its-uid").WithLabels(map[string]string{contract.GFDLabelCount: "1"}),
-		metav1.ApplyOptions{FieldManager: contract.NodeLabelManager, Force: true})
-	if err == nil {
+	if err := nodes.ApplyLabels(ctx, name, "not-its-uid", map[string]string{contract.GFDLabelCount: "1"}); err == nil {
 		t.Error("an apply with another Node's UID succeeded; want the precondition to refuse it")
 	}
 	gone := New(nodes, "nodelabels-no-such-node", WithLogger(quiet()))

@@ -6,21 +6,18 @@ import (
 	"log/slog"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/kubeclient"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
-// Nodes is the part of client-go's core/v1 NodeInterface the publisher
-// uses: a get, then server-side apply.
+// Nodes is what the publisher needs of the API server: a Node's UID, and
+// a forced server-side apply of its labels under contract.NodeLabelManager
+// with that UID as precondition. NewREST serves it with client-go's REST
+// transport alone; typednodes adapts a typed client (nvinject-dra has one).
 type Nodes interface {
-	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Node, error)
-	Apply(ctx context.Context, node *corev1ac.NodeApplyConfiguration, opts metav1.ApplyOptions) (*corev1.Node, error)
+	UID(ctx context.Context, name string) (string, error)
+	ApplyLabels(ctx context.Context, name, uid string, labels map[string]string) error
 }
 
 // Publisher applies a label set to one Node under contract.NodeLabelManager:
@@ -97,15 +94,11 @@ func (p *Publisher) Withdraw(ctx context.Context) error {
 // --node-name never creates a Node.
 func (p *Publisher) apply(ctx context.Context, labels map[string]string) error {
 	const fix = "check --node-name (NODE_NAME from the downward API) and that the plugin's service account may get and patch nodes (its ClusterRole), or set --node-labels=false"
-	n, err := p.nodes.Get(ctx, p.node, metav1.GetOptions{})
+	uid, err := p.nodes.UID(ctx, p.node)
 	if err != nil {
 		return fmt.Errorf("read Node %s to label it: %w; %s", p.node, err, fix)
 	}
-	ac := corev1ac.Node(p.node).WithUID(n.UID)
-	if len(labels) > 0 {
-		ac.WithLabels(labels)
-	}
-	if _, err := p.nodes.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: contract.NodeLabelManager, Force: true}); err != nil {
+	if err := p.nodes.ApplyLabels(ctx, p.node, uid, labels); err != nil {
 		return fmt.Errorf("apply %d GPU labels to Node %s (field manager %s): %w; %s", len(labels), p.node, contract.NodeLabelManager, err, fix)
 	}
 	return nil
@@ -113,15 +106,11 @@ func (p *Publisher) apply(ctx context.Context, labels map[string]string) error {
 
 // Client is the Nodes of the API server kubeconfig names, or of the pod's
 // service account when it is empty (shared/kubeclient); program is the
-// user agent. Only core/v1: the device plugin needs nothing else.
+// user agent.
 func Client(kubeconfig, program string) (Nodes, error) {
 	cfg, err := kubeclient.Config(kubeconfig, program)
 	if err != nil {
 		return nil, err
 	}
-	c, err := typedcorev1.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("API client for %s: %w", cfg.Host, err)
-	}
-	return c.Nodes(), nil
+	return NewREST(cfg)
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/nvinject/nvinject/gpunode/nodelabels/typednodes"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -45,7 +46,7 @@ func labelsOf(t *testing.T, c *fake.Clientset) map[string]string {
 func TestPublishAppliesTheWholeSet(t *testing.T) {
 	c := fake.NewClientset(node())
 	ctx := context.Background()
-	dp := New(c.CoreV1().Nodes(), nodeName, WithLogger(quiet()))
+	dp := New(typednodes.New(c.CoreV1().Nodes()), nodeName, WithLogger(quiet()))
 	first := map[string]string{contract.GFDLabelProduct: "NVIDIA-A100-SXM4-80GB", contract.GFDLabelCount: "8", contract.GFDLabelMIGStrategy: "mixed"}
 	if err := dp.Publish(ctx, first); err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestPublishAppliesTheWholeSet(t *testing.T) {
 			t.Errorf("after the first apply %s = %q, want %q (labels %v)", k, got[k], v, got)
 		}
 	}
-	dra := New(c.CoreV1().Nodes(), nodeName, WithLogger(quiet()))
+	dra := New(typednodes.New(c.CoreV1().Nodes()), nodeName, WithLogger(quiet()))
 	if err := dra.Publish(ctx, map[string]string{contract.GFDLabelProduct: "NVIDIA-A100-SXM4-80GB", contract.GFDLabelCount: "6"}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestPublishNeverCreatesANode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	var calls atomic.Int32
-	p := New(c.CoreV1().Nodes(), nodeName, WithLogger(quiet()), WithBackoff(time.Millisecond, 5*time.Millisecond), WithOnApply(func(error) { calls.Add(1) }))
+	p := New(typednodes.New(c.CoreV1().Nodes()), nodeName, WithLogger(quiet()), WithBackoff(time.Millisecond, 5*time.Millisecond), WithOnApply(func(error) { calls.Add(1) }))
 	err := p.Publish(ctx, map[string]string{contract.GFDLabelCount: "1"})
 	if err == nil || !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), "--node-name") {
 		t.Fatalf("Publish = %v; want NotFound naming --node-name", err)
@@ -108,7 +109,7 @@ func TestPublishRetries(t *testing.T) {
 		return false, nil, nil
 	})
 	var results []error
-	p := New(c.CoreV1().Nodes(), nodeName, WithLogger(quiet()), WithBackoff(time.Millisecond, 2*time.Millisecond), WithOnApply(func(err error) { results = append(results, err) }))
+	p := New(typednodes.New(c.CoreV1().Nodes()), nodeName, WithLogger(quiet()), WithBackoff(time.Millisecond, 2*time.Millisecond), WithOnApply(func(err error) { results = append(results, err) }))
 	if err := p.Publish(context.Background(), map[string]string{contract.GFDLabelCount: "8"}); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestPublishUsesTheSharedManager(t *testing.T) {
 		patch = a.(k8stesting.PatchActionImpl)
 		return false, nil, nil
 	})
-	if err := New(c.CoreV1().Nodes(), nodeName, WithLogger(quiet())).Publish(context.Background(), map[string]string{contract.GFDLabelCount: "8"}); err != nil {
+	if err := New(typednodes.New(c.CoreV1().Nodes()), nodeName, WithLogger(quiet())).Publish(context.Background(), map[string]string{contract.GFDLabelCount: "8"}); err != nil {
 		t.Fatal(err)
 	}
 	if patch.PatchType != "application/apply-patch+yaml" || patch.PatchOptions.FieldManager != contract.NodeLabelManager ||

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nvinject/nvinject/gpunode/nodelabels/typednodes"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestNodeLabels(t *testing.T) {
 	c := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1"}})
 	r := newRig(t, map[string]string{"nvidia.com/gpu": "nvinject-gpu.sock"}, "sim:a100-80gb*2,driver=535.261.03", "--node-labels", "--node-name=gpu-node-1")
-	r.run(t, WithNodes(c.CoreV1().Nodes()))
+	r.run(t, WithNodes(typednodes.New(c.CoreV1().Nodes())))
 	want := map[string]string{contract.GFDLabelProduct: "NVIDIA-A100-SXM4-80GB", contract.GFDLabelCount: "2", contract.GFDLabelMemory: "81920",
 		contract.GFDLabelDriverVersion: "535.261.03", contract.GFDLabelCUDAVersion: "12.2", contract.GFDLabelMIGCapable: "true"}
 	var got map[string]string

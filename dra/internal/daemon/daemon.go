@@ -31,6 +31,7 @@ import (
 	"github.com/nvinject/nvinject/dra/internal/driver"
 	"github.com/nvinject/nvinject/dra/internal/kubeapi"
 	"github.com/nvinject/nvinject/gpunode"
+	"github.com/nvinject/nvinject/gpunode/nodelabels/typednodes"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/httpserve"
@@ -91,7 +92,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 	}
 	var labels []gpunode.Option
 	if cfg.NodeLabels && d.err == nil {
-		labels = append(labels, gpunode.WithNodeLabels(d.client.CoreV1().Nodes(), contract.MetricDRALabelApplies))
+		labels = append(labels, gpunode.WithNodeLabels(typednodes.New(d.client.CoreV1().Nodes()), contract.MetricDRALabelApplies))
 	}
 	d.node = gpunode.New(cfg.Config, log, append(append([]gpunode.Option{
 		gpunode.WithReady(d.ready.Ready), gpunode.WithClaimMPS(),
