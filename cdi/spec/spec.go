@@ -113,6 +113,12 @@ func WithHostDriverRoot(p string) Option { return func(g *Generator) { g.hostDri
 // WithNameStrategy names GPU devices by UUID (default) or also by index.
 func WithNameStrategy(s NameStrategy) Option { return func(g *Generator) { g.names = s } }
 
+// HookEnv is every hook's environment. A hook without one gets whatever
+// the runtime hands it: runc before 1.3 hands it the container's, so an
+// image's LD_PRELOAD reached a host program a hook ran (CVE-2025-23266's
+// class). Not empty, since an empty env is omitted from the spec.
+func HookEnv() []string { return []string{"PATH=/usr/bin:/bin"} }
+
 // WithHookBinary makes the spec run createContainer hooks from the hook
 // program at host path p (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook):
 // create-symlinks for the libraries' soname and development links,
@@ -383,7 +389,7 @@ func (g *Generator) commonEdits(n gpu.Node, f driver.Files) specs.ContainerEdits
 	}
 	if g.hookBinary != "" {
 		hook := func(args ...string) {
-			e.Hooks = append(e.Hooks, &specs.Hook{HookName: "createContainer", Path: g.hookBinary, Args: append([]string{path.Base(g.hookBinary)}, args...)})
+			e.Hooks = append(e.Hooks, &specs.Hook{HookName: "createContainer", Path: g.hookBinary, Args: append([]string{path.Base(g.hookBinary)}, args...), Env: HookEnv()})
 		}
 		if len(links) > 0 {
 			args := []string{HookCreateSymlinks}

@@ -222,6 +222,9 @@ func TestHostDriverRootAndHook(t *testing.T) {
 		if h.HookName != "createContainer" || h.Path != hook || h.Args[0] != "nvinject-cdi-hook" {
 			t.Errorf("hook %+v does not run %s at createContainer", h, hook)
 		}
+		if !slices.Equal(h.Env, []string{"PATH=/usr/bin:/bin"}) {
+			t.Errorf("hook %v has env %q, want PATH=/usr/bin:/bin alone (no runtime may hand it the container's)", h.Args, h.Env)
+		}
 		cmds = append(cmds, h.Args[1])
 		args := strings.Join(h.Args, " ")
 		switch h.Args[1] {
