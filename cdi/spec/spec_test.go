@@ -261,6 +261,47 @@ func TestHostDriverRootAndHook(t *testing.T) {
 	}
 }
 
+// The runtime runs the hook program as root for every container: a
+// program, or a directory above it, that another user could write is
+// refused; a sticky /tmp above it is not.
+func TestHookBinaryMustBeTrusted(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb")
+	dir := t.TempDir()
+	hook := filepath.Join(dir, "nvinject-cdi-hook")
+	if err := os.WriteFile(hook, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gen := func() error {
+		_, err := spec.New(spec.WithDriverRoot(root), spec.WithHookBinary(hook)).Generate(node, node.Devices)
+		return err
+	}
+	if err := gen(); err != nil {
+		t.Fatalf("a hook of this user's, mode 0755, in a private directory: %v", err)
+	}
+	for _, tc := range []struct {
+		path string
+		mode os.FileMode
+	}{{hook, 0o777}, {hook, 0o775}, {dir, 0o777}} {
+		if err := os.Chmod(tc.path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := gen(); err == nil || !strings.Contains(err.Error(), "someone other than root") {
+			t.Errorf("%s mode %v: err = %v", tc.path, tc.mode, err)
+		}
+		if err := os.Chmod(tc.path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(hook, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if err := gen(); err == nil || !strings.Contains(err.Error(), "uid 65534") {
+			t.Errorf("a hook owned by nobody: err = %v", err)
+		}
+	}
+}
+
 // Two processes given the same --nvml value must write the same spec: the
 // daemons and tools agree about one simulated node only if UUIDs are stable.
 func TestCLIDeterministicAcrossProcesses(t *testing.T) {
