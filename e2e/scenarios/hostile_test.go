@@ -15,7 +15,7 @@ import (
 )
 
 // hostileImage is the image TestHostileImagePodLeavesHostUntouched runs.
-const hostileImage = "nvinject-e2e/hostile:1"
+const hostileImage = "nvinject.local/hostile:dev"
 
 // A hostile image's GPU pod in RuntimeClass nvidia, on the real node
 // (containerd, runc, the device plugin's spec with its three
@@ -82,8 +82,14 @@ func TestHostileImagePodLeavesHostUntouched(t *testing.T) {
 	if err := img.WriteArchiveFile(archive); err != nil {
 		t.Fatal(err)
 	}
+	// No registry: the image goes into every node's containerd.
 	if err := d.Node().ImportImage(ctx, archive); err != nil {
 		t.Fatal(err)
+	}
+	for _, w := range d.Node().Workers() {
+		if err := w.ImportImage(ctx, archive); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	before := hostTree(t, host)
