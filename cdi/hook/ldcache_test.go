@@ -145,7 +145,7 @@ func TestUpdateLDCacheMatchesLDConfig(t *testing.T) {
 
 // overlay mounts an overlay of lower with its own upper directory, so a
 // shared driver root can be written to without changing it.
-func overlay(t *testing.T, lower string) string {
+func overlay(t testing.TB, lower string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for an overlay mount")
@@ -292,3 +292,32 @@ func TestUpdateLDCacheOpensOnlyFiles(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkUpdateLDCache writes the cache of NVIDIA's real driver root
+// (Debian layout, both driver folders) in Go; BenchmarkAnchorLDConfig is
+// glibc's ldconfig -X -r on the same root and folders, what update-ldcache
+// ran before (without its fork and exec of the hook's own ldconfig wrapper).
+func BenchmarkUpdateLDCache(b *testing.B) {
+	root := overlay(b, driverroottest.Root(b, "debian"))
+	r, err := hook.OpenRoot(root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	for b.Loop() {
+		if _, err := hook.UpdateLDCache(r, benchFolders); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAnchorLDConfig(b *testing.B) {
+	root := overlay(b, driverroottest.Root(b, "debian"))
+	for b.Loop() {
+		if out, err := exec.Command("/sbin/ldconfig", append([]string{"-X", "-r", root}, benchFolders...)...).CombinedOutput(); err != nil {
+			b.Fatalf("ldconfig: %v\n%s", err, out)
+		}
+	}
+}
+
+var benchFolders = []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu/nvidia/current"}
