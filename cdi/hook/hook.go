@@ -2,22 +2,21 @@ package hook
 
 import (
 	"bytes"
-	"context"
 	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // Limits on what a hook reads.
@@ -36,25 +35,65 @@ type State struct {
 
 // ContainerRoot reads the OCI state from r and returns the container's
 // root file system on the host: the state's root, else root.path of the
-// bundle's config.json (relative to the bundle when not absolute).
+// bundle's config.json (relative to the bundle when not absolute). A root
+// that is the host's / or, when relative, leaves the bundle is refused.
 func ContainerRoot(r io.Reader) (string, error) {
+	root, _, err := containerRoot(r)
+	return root, err
+}
+
+// OpenContainerRoot is ContainerRoot, then OpenRoot, refusing a relative
+// root whose directory, links followed, is not under the bundle's.
+func OpenContainerRoot(r io.Reader) (*Root, error) {
+	root, bundle, err := containerRoot(r)
+	if err != nil {
+		return nil, err
+	}
+	cr, err := OpenRoot(root)
+	if err != nil || bundle == "" {
+		return cr, err
+	}
+	real, err := cr.RealPath()
+	if err == nil {
+		var realBundle string
+		if realBundle, err = filepath.EvalSymlinks(bundle); err == nil && !under(real, realBundle) {
+			err = fmt.Errorf("it resolves to %s, outside the bundle %s", contract.Quote(real), contract.Quote(realBundle))
+		}
+	}
+	if err != nil {
+		cr.Close()
+		return nil, fmt.Errorf("the container root %s, relative to the bundle: %w; refusing to work on it", contract.Quote(root), err)
+	}
+	return cr, nil
+}
+
+// under reports whether p is dir or inside it.
+func under(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// containerRoot returns the root and, when the root is relative to the
+// bundle, the bundle.
+func containerRoot(r io.Reader) (root, bundle string, err error) {
 	data, err := readAtMost(r, "the OCI state on stdin", maxState)
 	if err != nil {
-		return "", fmt.Errorf("%w; a hook is run by the container runtime, which writes the state there", err)
+		return "", "", fmt.Errorf("%w; a hook is run by the container runtime, which writes the state there", err)
 	}
 	var s State
 	if err := json.Unmarshal(data, &s); err != nil {
-		return "", fmt.Errorf("parse the OCI state on stdin: %w; this program is an OCI createContainer hook: the container runtime runs it with the state on stdin", err)
+		return "", "", fmt.Errorf("parse the OCI state on stdin: %w; this program is an OCI createContainer hook: the container runtime runs it with the state on stdin", err)
 	}
 	if s.Root != "" {
 		return absRoot(s.Root, s.Bundle)
 	}
 	if s.Bundle == "" {
-		return "", errors.New("the OCI state on stdin has no bundle; cannot find the container's root file system")
+		return "", "", errors.New("the OCI state on stdin has no bundle; cannot find the container's root file system")
 	}
-	cfg, err := readFile(filepath.Join(s.Bundle, "config.json"), maxConfig)
+	config := filepath.Join(s.Bundle, "config.json")
+	cfg, err := readFile(config, maxConfig)
 	if err != nil {
-		return "", fmt.Errorf("read the bundle's config.json: %w", err)
+		return "", "", fmt.Errorf("read the bundle's config.json: %w", err)
 	}
 	var spec struct {
 		Root *struct {
@@ -62,33 +101,43 @@ func ContainerRoot(r io.Reader) (string, error) {
 		} `json:"root"`
 	}
 	if err := json.Unmarshal(cfg, &spec); err != nil {
-		return "", fmt.Errorf("parse %s: %w", filepath.Join(s.Bundle, "config.json"), err)
+		return "", "", fmt.Errorf("parse %s: %w", contract.Quote(config), err)
 	}
 	if spec.Root == nil || spec.Root.Path == "" {
-		return "", fmt.Errorf("%s has no root.path; cannot find the container's root file system", filepath.Join(s.Bundle, "config.json"))
+		return "", "", fmt.Errorf("%s has no root.path; cannot find the container's root file system", contract.Quote(config))
 	}
 	return absRoot(spec.Root.Path, s.Bundle)
 }
 
-func absRoot(p, bundle string) (string, error) {
-	if !filepath.IsAbs(p) {
+func absRoot(p, bundle string) (string, string, error) {
+	if strings.ContainsRune(p, 0) {
+		return "", "", fmt.Errorf("the container root %s holds a NUL byte", contract.Quote(p))
+	}
+	if filepath.IsAbs(p) {
+		bundle = ""
+	} else {
 		if !filepath.IsAbs(bundle) {
-			return "", fmt.Errorf("the container root %q is relative and the OCI state's bundle %q is not an absolute path", p, bundle)
+			return "", "", fmt.Errorf("the container root %s is relative and the OCI state's bundle %s is not an absolute path", contract.Quote(p), contract.Quote(bundle))
 		}
-		p = filepath.Join(bundle, p)
+		bundle = filepath.Clean(bundle)
+		if p = filepath.Join(bundle, p); !under(p, bundle) {
+			return "", "", fmt.Errorf("the container root %s leaves the bundle %s; refusing to work on it", contract.Quote(p), contract.Quote(bundle))
+		}
 	}
 	p = filepath.Clean(p)
 	if p == "/" {
-		return "", errors.New("the container's root file system is the host's /; refusing to change it")
+		return "", "", errors.New("the container's root file system is the host's /; refusing to change it")
 	}
-	return p, nil
+	return p, bundle, nil
 }
 
-// ParseLink splits a --link value "target::link"; link must be absolute.
+// ParseLink splits a --link value "target::link"; link must be absolute
+// and name something below the root, target must not be empty, neither
+// may hold a NUL or be longer than PATH_MAX.
 func ParseLink(v string) (target, link string, err error) {
 	target, link, ok := strings.Cut(v, "::")
-	if !ok || target == "" || !path.IsAbs(link) || strings.Contains(link, "::") {
-		return "", "", fmt.Errorf("--link=%q is not TARGET::LINK with an absolute LINK (such as libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so)", v)
+	if !ok || target == "" || !path.IsAbs(link) || path.Clean(link) == "/" || strings.Contains(link, "::") || strings.ContainsRune(v, 0) || len(target) >= unix.PathMax || len(link) >= unix.PathMax {
+		return "", "", fmt.Errorf("--link=%s is not TARGET::LINK with an absolute LINK (such as libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so)", contract.Quote(v))
 	}
 	return target, path.Clean(link), nil
 }
@@ -108,8 +157,12 @@ func CreateSymlinks(r *Root, links []string) error {
 }
 
 // CompatConf is the ld.so.conf.d drop-in naming the image's CUDA forward
-// compatibility directory; "00-" sorts it before the driver's folders.
+// compatibility directory. enable-cuda-compat writes it when compat is on
+// and removes it otherwise, so a copy the image ships never counts.
 const CompatConf = "/etc/ld.so.conf.d/00-nvinject-cuda-compat.conf"
+
+// maxCompatEntries bounds the compat directory's listing.
+const maxCompatEntries = 4096
 
 // EnableCUDACompat adds the image's CUDA forward compatibility libraries
 // (compatDir/libcuda.so.<version>, from the cuda-compat package) to the
@@ -117,15 +170,30 @@ const CompatConf = "/etc/ld.so.conf.d/00-nvinject-cuda-compat.conf"
 // .note.cuda.fwd_compatibility ELF note lists hostDriver's branch and the
 // library is newer than hostDriver, or, without that note, when its major
 // version is above hostDriver's (nvidia-cdi-hook's rules). It reports
-// whether it did.
+// whether it did. Otherwise, or with an empty hostDriver, it removes
+// CompatConf, whoever wrote it.
 func EnableCUDACompat(r *Root, hostDriver, compatDir string) (bool, error) {
+	if !path.IsAbs(compatDir) || strings.ContainsAny(compatDir, "\x00\n") {
+		return false, fmt.Errorf("--cuda-compat-container-root=%s is not an absolute path", contract.Quote(compatDir))
+	}
+	compatDir = path.Clean(compatDir)
+	if hostDriver == "" {
+		return false, r.Remove(CompatConf)
+	}
 	host, ok := parseVersion(hostDriver)
 	if !ok {
-		return false, fmt.Errorf("--host-driver-version=%q is not a driver version such as 535.261.03", hostDriver)
+		return false, fmt.Errorf("--host-driver-version=%s is not a driver version such as 535.261.03", contract.Quote(hostDriver))
 	}
-	ents, err := r.ReadDir(compatDir)
+	if !useCompat(r, host, compatDir) {
+		return false, r.Remove(CompatConf)
+	}
+	return true, r.WriteFile(CompatConf, []byte(compatDir+"\n"))
+}
+
+func useCompat(r *Root, host []int, compatDir string) bool {
+	ents, err := r.ReadDir(compatDir, maxCompatEntries)
 	if err != nil {
-		return false, nil
+		return false
 	}
 	var libs []string
 	for _, e := range ents {
@@ -134,27 +202,24 @@ func EnableCUDACompat(r *Root, hostDriver, compatDir string) (bool, error) {
 		}
 	}
 	if len(libs) != 1 {
-		return false, nil
+		return false
 	}
 	compat, ok := parseVersion(strings.TrimPrefix(libs[0], "libcuda.so."))
 	if !ok {
-		return false, nil
+		return false
 	}
 	use := compat[0] > host[0]
 	if branches, found := compatBranches(r, path.Join(compatDir, libs[0])); found {
 		use = slices.Contains(branches, host[0]) && slices.Compare(compat, host) > 0
 	}
-	if !use {
-		return false, nil
-	}
-	return true, r.WriteFile(CompatConf, []byte(path.Clean(compatDir)+"\n"))
+	return use
 }
 
 // compatBranches reads the host driver branches a CUDA compat libcuda
 // supports from its .note.cuda.fwd_compatibility ELF note (NVIDIA's JSON
 // {"Driver": [535, 550, ...]}); found is false without a readable note.
 func compatBranches(r *Root, p string) (branches []int, found bool) {
-	f, err := r.open(p, unix.O_RDONLY|unix.O_NOCTTY)
+	f, err := r.openRegular(p)
 	if err != nil {
 		return nil, false
 	}
@@ -199,56 +264,6 @@ func parseVersion(v string) ([]int, bool) {
 		out = append(out, n)
 	}
 	return out, len(out) >= 2 && out[0] > 0
-}
-
-// DriverConf is the ld.so.conf.d drop-in listing the driver's folders.
-const DriverConf = "/etc/ld.so.conf.d/00-nvinject-driver.conf"
-
-// systemDirs are the library directories distributions' ldconfig trusts
-// without listing them; the host's ldconfig may trust others, so those the
-// image has are passed explicitly.
-var systemDirs = []string{"/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"}
-
-// LDConfigTimeout bounds one ldconfig run.
-const LDConfigTimeout = 30 * time.Second
-
-// UpdateLDCache records folders in the image's ld.so.conf.d and rebuilds
-// its /etc/ld.so.cache with the host's ldconfig run as `ldconfig -r ROOT`:
-// ldconfig chroots into the container root before reading anything, so the
-// image's links resolve inside it, and no program of the image runs.
-func UpdateLDCache(ctx context.Context, r *Root, ldconfig string, folders []string) ([]byte, error) {
-	for _, f := range folders {
-		if !path.IsAbs(f) {
-			return nil, fmt.Errorf("--folder=%q is not an absolute path", f)
-		}
-	}
-	if len(folders) > 0 {
-		if err := r.WriteFile(DriverConf, []byte(strings.Join(folders, "\n")+"\n")); err != nil {
-			return nil, err
-		}
-	}
-	if !r.Exists("/etc/ld.so.conf") {
-		if err := r.WriteFile("/etc/ld.so.conf", []byte("include /etc/ld.so.conf.d/*.conf\n")); err != nil {
-			return nil, err
-		}
-	}
-	dirs := slices.Clone(folders)
-	if conf, err := r.ReadFile(CompatConf, 4096); err == nil {
-		dirs = append(strings.Fields(string(conf)), dirs...)
-	}
-	for _, d := range systemDirs {
-		if r.Exists(d) && !slices.Contains(dirs, d) {
-			dirs = append(dirs, d)
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, LDConfigTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, ldconfig, append([]string{"-r", r.Path()}, dirs...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return out, fmt.Errorf("%s -r %s: %w: %s", ldconfig, r.Path(), err, strings.TrimSpace(string(out)))
-	}
-	return out, nil
 }
 
 // readFile reads the host file p, at most limit bytes.

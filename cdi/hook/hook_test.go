@@ -1,15 +1,17 @@
 package hook_test
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nvinject/nvinject/cdi/hook"
 	"github.com/nvinject/nvinject/cdi/ldcache"
@@ -33,6 +35,11 @@ func TestContainerRoot(t *testing.T) {
 		{`{"id":"c1","bundle":"/nonexistent"}`, "", "config.json"},
 		{`{"id":"c1"}`, "", "no bundle"},
 		{`{"id":"c1","root":"/"}`, "", "host's /"},
+		{`{"id":"c1","root":"/run/../"}`, "", "host's /"},
+		{`{"id":"c1","bundle":"/b","root":"../../.."}`, "", "leaves the bundle"},
+		{`{"id":"c1","bundle":"/b","root":"../etc"}`, "", "leaves the bundle"},
+		{`{"id":"c1","bundle":"b","root":"rootfs"}`, "", "not an absolute path"},
+		{`{"id":"c1","root":"/r\u0000"}`, "", "NUL"},
 		{`not json`, "", "createContainer hook"},
 		{strings.Repeat(" ", 2<<20), "", "larger than"},
 	} {
@@ -46,6 +53,103 @@ func TestContainerRoot(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("state %.60q: root %q, err %v; want %q", tc.state, got, err, tc.want)
 		}
+	}
+}
+
+// A root that leads to the host's /, or out of the bundle, through links
+// is refused once opened: no hook ever works on it.
+func TestOpenContainerRootRefuses(t *testing.T) {
+	outside := t.TempDir()
+	for name, target := range map[string]string{"root link to /": "/", "root link out of the bundle": outside, "root link climbing": "../../../../../../../.."} {
+		t.Run(name, func(t *testing.T) {
+			bundle := t.TempDir()
+			if err := os.Symlink(target, filepath.Join(bundle, "rootfs")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"root":{"path":"rootfs"}}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, err := hook.OpenContainerRoot(strings.NewReader(`{"bundle":"` + bundle + `"}`))
+			if err == nil {
+				r.Close()
+				t.Fatalf("the root %s -> %s was opened", filepath.Join(bundle, "rootfs"), target)
+			}
+			if !strings.Contains(err.Error(), "refusing") || len(err.Error()) > 1000 {
+				t.Errorf("error %q does not refuse, or is not bounded", err)
+			}
+		})
+	}
+	bundle := t.TempDir()
+	if err := os.Mkdir(filepath.Join(bundle, "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"root":{"path":"rootfs"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := hook.OpenContainerRoot(strings.NewReader(`{"bundle":"` + bundle + `"}`))
+	if err != nil {
+		t.Fatalf("a plain bundle root was refused: %v", err)
+	}
+	r.Close()
+	if r, err := hook.OpenRoot("/"); err == nil {
+		r.Close()
+		t.Error("OpenRoot(/) succeeded")
+	}
+}
+
+// /proc's magic links lead out of any root: with the host's procfs at
+// ROOT/proc (as runc mounts the container's before createContainer hooks
+// run), /proc/1/root and /proc/self/cwd are refused, for reads and writes.
+func TestRootRefusesMagicLinks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a procfs needs root")
+	}
+	rootfs := t.TempDir()
+	proc := filepath.Join(rootfs, "proc")
+	if err := os.Mkdir(proc, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		t.Skipf("mount proc: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(proc, unix.MNT_DETACH) })
+	for link, target := range map[string]string{"etc": "/proc/1/root/etc", "lib": "/proc/self/cwd"} {
+		if err := os.Symlink(target, filepath.Join(rootfs, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := openRoot(t, rootfs)
+	for _, p := range []string{"proc/1/root/etc/hostname", "etc/hostname", "lib/x"} {
+		// ELOOP for a magic link; EACCES where ptrace rules deny pid 1's
+		// root before resolution gets there.
+		if _, err := r.ReadFile(p, 1<<20); !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.EACCES) {
+			t.Errorf("ReadFile(%s) = %v, want ELOOP (a magic link)", p, err)
+		}
+	}
+	if err := r.WriteFile("/etc/ld.so.cache", []byte("x")); err == nil {
+		t.Error("WriteFile through /proc/1/root succeeded")
+	}
+	if err := r.Symlink("x", "/proc/1/root/tmp/nvinject-escape"); err == nil {
+		t.Error("Symlink through /proc/1/root succeeded")
+	}
+	if dirs, err := ldcache.ConfDirs(r); err != nil || len(dirs) != 0 {
+		t.Errorf("ConfDirs through /proc/1/root/etc = %q, %v", dirs, err)
+	}
+}
+
+// Root is an fs.FS (ConfDirs reads through it) that behaves as one.
+func TestRootFS(t *testing.T) {
+	rootfs := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc/ld.so.conf.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for p, data := range map[string]string{"etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n", "etc/ld.so.conf.d/a.conf": "/opt/a\n"} {
+		if err := os.WriteFile(filepath.Join(rootfs, p), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fstest.TestFS(openRoot(t, rootfs), "etc/ld.so.conf", "etc/ld.so.conf.d/a.conf"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -69,7 +173,7 @@ func TestRootReadFileIsBounded(t *testing.T) {
 	if data, err := r.ReadFile("f", 10); err != nil || string(data) != "0123456789" {
 		t.Errorf("ReadFile at the limit = %q, %v", data, err)
 	}
-	if _, err := r.ReadFile("f", 9); err == nil || !strings.Contains(err.Error(), "f in container root "+rootfs+" is larger than 9 bytes") {
+	if _, err := r.ReadFile("f", 9); err == nil || !strings.Contains(err.Error(), `"f" in container root "`+rootfs+`" is larger than 9 bytes`) {
 		t.Errorf("ReadFile past the limit: %v; want the file, the root and the limit named", err)
 	}
 }
@@ -193,9 +297,21 @@ func TestEnableCUDACompat(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// The image's own copy of the drop-in, naming its choice of
+			// directory: replaced when compat is on, removed when off.
+			stale := filepath.Join(rootfs, hook.CompatConf)
+			if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(stale, []byte("-r /host -X -C /victim\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			on, err := hook.EnableCUDACompat(openRoot(t, rootfs), tc.host, "/usr/local/cuda/compat")
 			if err != nil || on != tc.want {
 				t.Fatalf("EnableCUDACompat = %v, %v; want %v", on, err, tc.want)
+			}
+			if data, err := os.ReadFile(stale); tc.want && string(data) != "/usr/local/cuda/compat\n" {
+				t.Errorf("compat conf = %q, %v", data, err)
 			}
 			_, err = os.Stat(filepath.Join(rootfs, hook.CompatConf))
 			if (err == nil) != tc.want {
@@ -206,52 +322,24 @@ func TestEnableCUDACompat(t *testing.T) {
 	if _, err := hook.EnableCUDACompat(openRoot(t, t.TempDir()), "x", "/c"); err == nil {
 		t.Error("a bad host driver version was accepted")
 	}
-}
-
-// update-ldcache runs the host's real ldconfig on the container root: the
-// image's cache then lists the library of the given folder by soname.
-func TestUpdateLDCache(t *testing.T) {
-	const ldconfig = "/sbin/ldconfig"
-	if _, err := exec.LookPath(ldconfig); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and /sbin/ldconfig (ldconfig -r chroots)")
+	if _, err := hook.EnableCUDACompat(openRoot(t, t.TempDir()), "535.261.03", "relative"); err == nil {
+		t.Error("a relative compat directory was accepted")
 	}
-	libs, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
-	if len(libs) == 0 {
-		t.Skip("no libz.so.1 on this host to index")
-	}
-	data, err := os.ReadFile(libs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Without a host driver version (an nvidia-cdi-hook spec made that
+	// way), compat stays off and an image's drop-in goes.
 	rootfs := t.TempDir()
-	drv := filepath.Join(rootfs, "opt/driver")
-	if err := os.MkdirAll(drv, 0o755); err != nil {
+	stale := filepath.Join(rootfs, hook.CompatConf)
+	if err := os.MkdirAll(filepath.Dir(stale), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(drv, filepath.Base(libs[0])), data, 0o644); err != nil {
+	if err := os.WriteFile(stale, []byte("/x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := openRoot(t, rootfs)
-	if out, err := hook.UpdateLDCache(context.Background(), r, ldconfig, []string{"/opt/driver"}); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	if on, err := hook.EnableCUDACompat(openRoot(t, rootfs), "", "/usr/local/cuda/compat"); on || err != nil {
+		t.Errorf("EnableCUDACompat without a host version = %v, %v", on, err)
 	}
-	cache, err := os.ReadFile(filepath.Join(rootfs, "etc/ld.so.cache"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, err := ldcache.Parse(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(entries, func(e ldcache.Entry) bool { return e.Name == "libz.so.1" && e.Path == "/opt/driver/libz.so.1" }) {
-		t.Errorf("the container's ld.so.cache lacks libz.so.1 in /opt/driver: %+v", entries)
-	}
-	conf, err := os.ReadFile(filepath.Join(rootfs, hook.DriverConf))
-	if err != nil || string(conf) != "/opt/driver\n" {
-		t.Errorf("%s = %q, %v", hook.DriverConf, conf, err)
-	}
-	if _, err := hook.UpdateLDCache(context.Background(), r, ldconfig, []string{"relative"}); err == nil {
-		t.Error("a relative folder was accepted")
+	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
+		t.Errorf("the image's %s is still there: %v", hook.CompatConf, err)
 	}
 }
 
@@ -350,4 +438,36 @@ func TestEnableCUDACompatELFNote(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The hook's other arguments come from a spec a node's admin or an
+// operator wrote: a --folder, a --host-driver-version, a compat
+// directory. Whatever they are, the hook fails or works inside its root,
+// leaving everything beside the root as it was.
+func FuzzHookArgs(f *testing.F) {
+	f.Add("/usr/lib/x86_64-linux-gnu", "535.261.03", "/usr/local/cuda/compat")
+	f.Add("/proc/1/root/etc", "-r /x", "../../..")
+	f.Add("/", "1.2", "/etc/ld.so.conf.d")
+	f.Fuzz(func(t *testing.T, folder, version, compat string) {
+		parent := t.TempDir()
+		rootfs := filepath.Join(parent, "rootfs")
+		if err := os.MkdirAll(filepath.Join(rootfs, "usr/local/cuda/compat"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(rootfs, "usr/local/cuda/compat/libcuda.so.580.95.05"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := hook.OpenRoot(rootfs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		_, _ = hook.EnableCUDACompat(r, version, compat)
+		if _, err := hook.UpdateLDCache(r, []string{folder}); err == nil && (!strings.HasPrefix(folder, "/") || strings.ContainsAny(folder, "\x00\n")) {
+			t.Fatalf("--folder=%q was accepted", folder)
+		}
+		if ents, err := os.ReadDir(parent); err != nil || len(ents) != 1 {
+			t.Fatalf("beside the root: %v, %v", ents, err)
+		}
+	})
 }

@@ -38,13 +38,14 @@ func runc(t *testing.T) string {
 	return p
 }
 
-// TestHooksUnderRunc runs a container with REAL runc from nvinject's spec
-// for the REAL driver root (Debian layout) and the nvinject-cdi-hook built
-// here: runc runs the three createContainer hooks inside the container's
-// mount namespace, as it would on a node. Inside, libcuda.so.1 and
-// libcuda.so lead to the mounted driver library, and afterwards the image's
-// ld.so.cache lists the driver's libraries by soname.
-func TestHooksUnderRunc(t *testing.T) {
+// hookContainer runs args in a runc container the way a node would give
+// it a GPU: nvinject's spec for the REAL driver root (Debian layout) with
+// the nvinject-cdi-hook built here, injected as containerd injects a CDI
+// device, so runc runs the three createContainer hooks in the container's
+// mount namespace. fill writes the image into the root file system first.
+// It returns what the container printed and the root file system.
+func hookContainer(t *testing.T, fill func(rootfs string), env []string, args ...string) (string, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("runc needs root")
 	}
@@ -77,7 +78,6 @@ func TestHooksUnderRunc(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// An image: static busybox and nothing else (no ld.so.conf, no cache).
 	bundle := filepath.Join(dir, "bundle")
 	rootfs := filepath.Join(bundle, "rootfs")
 	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
@@ -90,21 +90,17 @@ func TestHooksUnderRunc(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(rootfs, "bin/busybox"), bb, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []string{"sh", "readlink", "cat"} {
+	for _, a := range []string{"sh", "readlink", "cat", "grep"} {
 		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", a)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const lib = "/usr/lib/x86_64-linux-gnu"
+	fill(rootfs)
 	ctr := &oci.Spec{
 		Version: oci.Version,
 		Root:    &oci.Root{Path: "rootfs"},
-		Process: &oci.Process{
-			Cwd:  "/",
-			Env:  []string{"PATH=/bin"},
-			Args: []string{"/bin/sh", "-c", "for l in " + lib + "/libcuda.so.1 " + lib + "/libcuda.so " + lib + "/nvidia/current/libcuda.so; do readlink -f $l; done && cat /etc/ld.so.conf.d/00-nvinject-driver.conf"},
-		},
-		Mounts: []oci.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}},
+		Process: &oci.Process{Cwd: "/", Env: env, Args: args},
+		Mounts:  []oci.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}},
 		Linux: &oci.Linux{Namespaces: []oci.LinuxNamespace{
 			{Type: oci.MountNamespace}, {Type: oci.PIDNamespace}, {Type: oci.IPCNamespace}, {Type: oci.UTSNamespace}, {Type: oci.NetworkNamespace},
 		}},
@@ -126,15 +122,25 @@ func TestHooksUnderRunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := "nvinject-hook-test-" + filepath.Base(dir)
-	cmd := exec.Command(rc, "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, id)
-	out, err := cmd.CombinedOutput()
+	out, err := exec.Command(rc, "--root", filepath.Join(dir, "runc-state"), "run", "--bundle", bundle, id).CombinedOutput()
 	if err != nil {
 		t.Fatalf("runc run: %v\n%s", err, out)
 	}
 	t.Logf("in the container:\n%s", out)
+	return string(out), rootfs
+}
+
+// TestHooksUnderRunc: in an image of static busybox and nothing else (no
+// ld.so.conf, no cache), libcuda.so.1 and libcuda.so lead to the mounted
+// driver library, and afterwards the image's ld.so.cache lists the
+// driver's libraries by soname.
+func TestHooksUnderRunc(t *testing.T) {
+	const lib = "/usr/lib/x86_64-linux-gnu"
+	out, rootfs := hookContainer(t, func(string) {}, []string{"PATH=/bin"}, "/bin/sh", "-c",
+		"for l in "+lib+"/libcuda.so.1 "+lib+"/libcuda.so "+lib+"/nvidia/current/libcuda.so; do readlink -f $l; done && cat /etc/ld.so.conf.d/00-nvinject-driver.conf")
 	file := lib + "/nvidia/current/libcuda.so.535.261.03"
 	for _, want := range []string{file + "\n" + file + "\n" + file + "\n", lib + "\n" + lib + "/nvidia/current\n"} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("container output lacks %q:\n%s", want, out)
 		}
 	}
@@ -149,6 +155,86 @@ func TestHooksUnderRunc(t *testing.T) {
 	for _, soname := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-nvvm.so.4"} {
 		if !slices.ContainsFunc(entries, func(e ldcache.Entry) bool { return e.Name == soname }) {
 			t.Errorf("the image's ld.so.cache lacks %s: %+v", soname, entries)
+		}
+	}
+}
+
+// TestLoaderUsesTheHookCache: glibc's own loader and ldconfig read the
+// cache update-ldcache writes. In an image of the host's glibc (the
+// libraries NVIDIA's need), its static ldconfig and gpu-probe, with no
+// LD_LIBRARY_PATH, `ldconfig -p` lists the driver's libraries and the
+// image's own, and gpu-probe dlopen()s libcuda.so.1, libcuda.so,
+// libnvidia-ml.so.1, libnvidia-ptxjitcompiler.so.1 and libnvidia-nvvm.so.4
+// by name, each found through the cache.
+func TestLoaderUsesTheHookCache(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("runc needs root")
+	}
+	probe := filepath.Join(t.TempDir(), "gpu-probe")
+	if out, err := exec.Command("go", "build", "-o", probe, "../../e2e/cmd/gpu-probe").CombinedOutput(); err != nil {
+		t.Skipf("build gpu-probe (cgo): %v\n%s", err, out)
+	}
+	glibc := []string{"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "ld-linux-x86-64.so.2"}
+	fill := func(rootfs string) {
+		copyTo := func(src, dst string, mode os.FileMode) {
+			data, err := os.ReadFile(src)
+			if err != nil {
+				t.Skipf("host %s: %v", src, err)
+			}
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(rootfs, dst)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(rootfs, dst), data, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, l := range glibc {
+			copyTo("/lib/x86_64-linux-gnu/"+l, "/lib/x86_64-linux-gnu/"+l, 0o755)
+		}
+		copyTo("/sbin/ldconfig", "/sbin/ldconfig", 0o755)
+		copyTo(probe, "/usr/bin/gpu-probe", 0o755)
+		if err := os.MkdirAll(filepath.Join(rootfs, "lib64"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", filepath.Join(rootfs, "lib64/ld-linux-x86-64.so.2")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(rootfs, "etc/ld.so.conf.d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(rootfs, "etc/ld.so.conf"), []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _ := hookContainer(t, fill, []string{"PATH=/bin:/sbin:/usr/bin"}, "/bin/sh", "-c", "ldconfig -p; echo ===; gpu-probe --json")
+	cache, probeOut, _ := strings.Cut(out, "===\n")
+	for _, want := range []string{
+		"libcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+		"libcuda.so (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so",
+		"libnvidia-ml.so.1 (libc6,x86-64) => ",
+		"libc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6",
+		"Cache generated by: nvinject-cdi-hook",
+	} {
+		if !strings.Contains(cache, want) {
+			t.Errorf("ldconfig -p in the container lacks %q:\n%s", want, cache)
+		}
+	}
+	var r struct {
+		Libraries []struct {
+			Name, RealPath, Error string
+			OK                    bool
+		} `json:"libraries"`
+		AllLoaded bool `json:"all_loaded"`
+	}
+	if err := json.Unmarshal([]byte(probeOut), &r); err != nil {
+		t.Fatalf("gpu-probe --json: %v\n%s", err, probeOut)
+	}
+	if !r.AllLoaded || len(r.Libraries) != 5 {
+		t.Errorf("gpu-probe: all_loaded=%v with %d libraries", r.AllLoaded, len(r.Libraries))
+	}
+	for _, l := range r.Libraries {
+		if !l.OK || !strings.HasSuffix(l.RealPath, ".so.535.261.03") {
+			t.Errorf("gpu-probe: %s ok=%v real path %s: %s", l.Name, l.OK, l.RealPath, l.Error)
 		}
 	}
 }

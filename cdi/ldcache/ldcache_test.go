@@ -3,6 +3,7 @@ package ldcache
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -11,6 +12,7 @@ func TestRoundTrip(t *testing.T) {
 	in := []Entry{
 		{Flags: FlagELFLibc6 | FlagX8664, Name: "libcuda.so.1", Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
 		{Flags: FlagELFLibc6, Name: "libcuda.so.1", Path: "/usr/lib/i386-linux-gnu/libcuda.so.1"},
+		{Flags: FlagELFLibc6 | FlagX8664, Name: "libc.so.6", Path: "/lib/glibc-hwcaps/x86-64-v3/libc.so.6", HWCaps: "x86-64-v3"},
 	}
 	got, err := Parse(Marshal(in))
 	if err != nil {
@@ -71,13 +73,14 @@ func TestParseRejects(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add(Marshal([]Entry{{Flags: 0x303, Name: "libnvidia-ml.so.1", Path: "/usr/lib/libnvidia-ml.so.1"}}))
 	f.Add([]byte(magic))
+	f.Add(MarshalGenerated([]Entry{{Flags: 0x303, Name: "libc.so.6", Path: "/lib/glibc-hwcaps/x86-64-v3/libc.so.6", HWCaps: "x86-64-v3"}}, "gen"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		entries, err := Parse(data)
 		if err != nil {
 			return
 		}
 		again, err := Parse(Marshal(entries))
-		if err != nil || len(again) != len(entries) {
+		if err != nil || !slices.Equal(again, entries) {
 			t.Fatalf("re-marshalled cache does not parse back: %v", err)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -113,6 +114,12 @@ func WithHostDriverRoot(p string) Option { return func(g *Generator) { g.hostDri
 // WithNameStrategy names GPU devices by UUID (default) or also by index.
 func WithNameStrategy(s NameStrategy) Option { return func(g *Generator) { g.names = s } }
 
+// HookEnv is every hook's environment. A hook without one gets whatever
+// the runtime hands it: runc before 1.3 hands it the container's, so an
+// image's LD_PRELOAD reached a host program a hook ran (CVE-2025-23266's
+// class). Not empty, since an empty env is omitted from the spec.
+func HookEnv() []string { return []string{"PATH=/usr/bin:/bin"} }
+
 // WithHookBinary makes the spec run createContainer hooks from the hook
 // program at host path p (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook):
 // create-symlinks for the libraries' soname and development links,
@@ -172,6 +179,9 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 		}
 		if st, err := os.Stat(g.hookBinary); err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
 			return nil, fmt.Errorf("--hook-binary=%s is not an executable file (%v); install nvinject-cdi-hook there (the device plugin's DaemonSet copies it to /var/lib/nvinject/bin), point it at NVIDIA's nvidia-cdi-hook, or pass --hook-binary= for a spec without hooks", g.hookBinary, err)
+		}
+		if err := trustedHook(g.hookBinary); err != nil {
+			return nil, err
 		}
 	}
 	s := &specs.Spec{Kind: g.Kind(), Annotations: map[string]string{contract.DriverVersionAnnotation: node.DriverVersion}}
@@ -383,7 +393,7 @@ func (g *Generator) commonEdits(n gpu.Node, f driver.Files) specs.ContainerEdits
 	}
 	if g.hookBinary != "" {
 		hook := func(args ...string) {
-			e.Hooks = append(e.Hooks, &specs.Hook{HookName: "createContainer", Path: g.hookBinary, Args: append([]string{path.Base(g.hookBinary)}, args...)})
+			e.Hooks = append(e.Hooks, &specs.Hook{HookName: "createContainer", Path: g.hookBinary, Args: append([]string{path.Base(g.hookBinary)}, args...), Env: HookEnv()})
 		}
 		if len(links) > 0 {
 			args := []string{HookCreateSymlinks}
@@ -437,4 +447,31 @@ func Write(dir string, s *specs.Spec) (string, bool, error) {
 		return "", false, fmt.Errorf("write CDI spec %s: %w", p, err)
 	}
 	return p, true, nil
+}
+
+// trustedHook refuses a hook program that someone other than root (or
+// this process's user, who writes the spec) could replace: the runtime
+// runs it as root for every container given the spec. The program and
+// each directory above it must be owned by one of them and not writable
+// by group or others; a sticky directory (/tmp) is fine, as others cannot
+// rename or remove what they do not own there.
+func trustedHook(p string) error {
+	me := uint32(os.Geteuid())
+	for cur := filepath.Clean(p); ; cur = filepath.Dir(cur) {
+		st, err := os.Stat(cur)
+		if err != nil {
+			return fmt.Errorf("--hook-binary=%s: %w", p, err)
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		sticky := st.IsDir() && st.Mode()&os.ModeSticky != 0
+		if (sys.Uid != 0 && sys.Uid != me) || (st.Mode().Perm()&0o022 != 0 && !sticky) {
+			return fmt.Errorf("--hook-binary=%s: %s is owned by uid %d with mode %v, so someone other than root could replace the program the runtime runs as root for every container; make it root's and not group- or world-writable (chown root %s; chmod go-w %s)", p, cur, sys.Uid, st.Mode().Perm(), cur, cur)
+		}
+		if cur == "/" {
+			return nil
+		}
+	}
 }

@@ -222,6 +222,9 @@ func TestHostDriverRootAndHook(t *testing.T) {
 		if h.HookName != "createContainer" || h.Path != hook || h.Args[0] != "nvinject-cdi-hook" {
 			t.Errorf("hook %+v does not run %s at createContainer", h, hook)
 		}
+		if !slices.Equal(h.Env, []string{"PATH=/usr/bin:/bin"}) {
+			t.Errorf("hook %v has env %q, want PATH=/usr/bin:/bin alone (no runtime may hand it the container's)", h.Args, h.Env)
+		}
 		cmds = append(cmds, h.Args[1])
 		args := strings.Join(h.Args, " ")
 		switch h.Args[1] {
@@ -254,6 +257,47 @@ func TestHostDriverRootAndHook(t *testing.T) {
 	for _, bad := range []string{"/nonexistent/hook", "relative/hook", root} {
 		if _, err := spec.New(spec.WithDriverRoot(root), spec.WithHookBinary(bad)).Generate(node, node.Devices); err == nil || !strings.Contains(err.Error(), "--hook-binary") {
 			t.Errorf("hook binary %q: err = %v", bad, err)
+		}
+	}
+}
+
+// The runtime runs the hook program as root for every container: a
+// program, or a directory above it, that another user could write is
+// refused; a sticky /tmp above it is not.
+func TestHookBinaryMustBeTrusted(t *testing.T) {
+	node, root := simNode(t, "sim:a100-80gb")
+	dir := t.TempDir()
+	hook := filepath.Join(dir, "nvinject-cdi-hook")
+	if err := os.WriteFile(hook, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gen := func() error {
+		_, err := spec.New(spec.WithDriverRoot(root), spec.WithHookBinary(hook)).Generate(node, node.Devices)
+		return err
+	}
+	if err := gen(); err != nil {
+		t.Fatalf("a hook of this user's, mode 0755, in a private directory: %v", err)
+	}
+	for _, tc := range []struct {
+		path string
+		mode os.FileMode
+	}{{hook, 0o777}, {hook, 0o775}, {dir, 0o777}} {
+		if err := os.Chmod(tc.path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := gen(); err == nil || !strings.Contains(err.Error(), "someone other than root") {
+			t.Errorf("%s mode %v: err = %v", tc.path, tc.mode, err)
+		}
+		if err := os.Chmod(tc.path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chown(hook, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if err := gen(); err == nil || !strings.Contains(err.Error(), "uid 65534") {
+			t.Errorf("a hook owned by nobody: err = %v", err)
 		}
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nvinject/nvinject/shared/contract"
 )
 
 // ControlBinary is NVIDIA's MPS control program, in the driver root's
@@ -61,6 +63,11 @@ func (p Paths) Control() string { return filepath.Join(p.Pipe, "control") }
 func PathsOf(root, id string) Paths {
 	dir := filepath.Join(root, id)
 	return Paths{Dir: dir, Pipe: filepath.Join(dir, "pipe"), Log: filepath.Join(dir, "log")}
+}
+
+// validID reports whether id can name a directory under root by itself.
+func validID(id string) bool {
+	return id != "" && id != "." && id != ".." && len(id) <= 255 && !strings.ContainsAny(id, "/\x00")
 }
 
 // ShmDir is the shared memory directory of every daemon under root: the
@@ -121,6 +128,11 @@ func (m *Manager) Sync(p Program, ds []Daemon) {
 	m.program = p
 	m.want = map[string]Daemon{}
 	for _, d := range ds {
+		if !validID(d.ID) {
+			// The ID names the daemon's directories under root.
+			m.log.Error("MPS daemon not started: its ID is not a single file name", "daemon", contract.Quote(d.ID))
+			continue
+		}
 		m.want[d.ID] = d
 		if _, ok := m.state[d.ID]; !ok {
 			m.state[d.ID] = "starting"

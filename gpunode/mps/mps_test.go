@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -199,4 +200,28 @@ func TestMissingBinaryNamesThePackage(t *testing.T) {
 		err := m.Ready()
 		return err != nil && strings.Contains(err.Error(), "Debian: nvidia-cuda-mps")
 	})
+}
+
+// A daemon's ID names its directories under root: one that is not a
+// single file name (a claim UID from a crafted checkpoint, say) is never
+// started, so nothing is made or removed outside root.
+func TestDaemonIDMustBeOneFileName(t *testing.T) {
+	m, prog, root := newManager(t)
+	escape := "../" + filepath.Base(root) + "-outside"
+	outside := filepath.Join(root, escape)
+	stop := run(t, m)
+	defer stop()
+	m.Sync(prog, []Daemon{{ID: escape, Visible: "GPU-a"}, {ID: "..", Visible: "GPU-a"}, {ID: "GPU-a", Visible: "GPU-a"}})
+	eventually(t, "the valid daemon ready", func() bool { return m.Ready() == nil })
+	if _, err := os.Stat(outside); !os.IsNotExist(err) {
+		t.Errorf("a daemon ID reached %s: %v", outside, err)
+	}
+	ents, _ := os.ReadDir(root)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"GPU-a", "shm"}) {
+		t.Errorf("under root: %q, want GPU-a and shm alone", names)
+	}
 }

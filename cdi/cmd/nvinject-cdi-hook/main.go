@@ -1,19 +1,19 @@
 // Command nvinject-cdi-hook is the OCI createContainer hook program
 // nvinject's CDI specs call (nvinject-cdi generate --hook-binary): it makes
 // the driver libraries' links, enables the image's CUDA forward
-// compatibility libraries and updates the image's ld.so.cache, inside the
-// container's root file system and nowhere else. Its commands and flags are
-// those of NVIDIA's nvidia-cdi-hook, so a spec may name either program.
-// It is built static (CGO_ENABLED=0) so it runs on any node.
+// compatibility libraries and writes the image's ld.so.cache, inside the
+// container's root file system and nowhere else, running no other program.
+// Its commands and flags are those of NVIDIA's nvidia-cdi-hook, so a spec
+// may name either program. It is built static (CGO_ENABLED=0) so it runs
+// on any node, and it starts by emptying its environment: a runtime may
+// hand a hook the container's (runc before 1.3 does when the hook has no
+// env), and nothing in it is honoured.
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/nvinject/nvinject/cdi/hook"
 	"github.com/nvinject/nvinject/shared/cli"
@@ -27,14 +27,15 @@ const usage = `Usage: nvinject-cdi-hook COMMAND [flags]   (state of the containe
 An OCI createContainer hook run by the container runtime for CDI specs made
 with nvinject-cdi generate --hook-binary. It works only inside the
 container's root file system (from the OCI state on stdin), resolving every
-path there with openat2(RESOLVE_IN_ROOT).
+path there with openat2(RESOLVE_IN_ROOT|RESOLVE_NO_MAGICLINKS), and runs no
+other program; its environment is ignored.
 
 Commands:
   create-symlinks --link TARGET::LINK ...     make symlinks in the container
   enable-cuda-compat --host-driver-version=V  use the image's CUDA forward
                                               compatibility libraries when V supports them
   update-ldcache --folder DIR ...             index DIR in the image's ld.so.cache
-                                              (the host's ldconfig, run with -r)
+                                              (written by this program, as ldconfig would)
   install DIR                                 copy this program to DIR/nvinject-cdi-hook
                                               (the device plugin's init container; no stdin)
 
@@ -43,13 +44,13 @@ the version.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Code(name, run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr), os.Stderr)
-	stop()
-	os.Exit(code)
+	// First, before flags are read: nothing from the environment a
+	// runtime hands a hook (the container's, with runc < 1.3) is honoured.
+	os.Clearenv()
+	os.Exit(cli.Code(name, run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr), os.Stderr))
 }
 
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return cli.Usagef("no command given; run %s --help for the commands", name)
 	}
@@ -85,9 +86,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fs.String("host-cuda-version", "", "accepted for nvidia-cdi-hook compatibility; the driver version decides")
 		dir := fs.String("cuda-compat-container-root", "/usr/local/cuda/compat", "where the image keeps its CUDA forward compatibility libraries")
 		work = func(r *hook.Root) error {
-			if *host == "" {
-				return nil
-			}
 			on, err := hook.EnableCUDACompat(r, *host, *dir)
 			if on {
 				fmt.Fprintf(stderr, "%s: CUDA forward compatibility: %s is newer than host driver %s; listed in %s\n", name, *dir, *host, hook.CompatConf)
@@ -97,9 +95,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "update-ldcache":
 		var folders multi
 		fs.Var(&folders, "folder", "a library directory to index (repeatable)")
-		ldconfig := fs.String("ldconfig-path", "/sbin/ldconfig", "the host's ldconfig (run with -r on the container root)")
+		fs.String("ldconfig-path", "/sbin/ldconfig", "accepted for nvidia-cdi-hook compatibility; no ldconfig runs: this program writes the cache")
 		work = func(r *hook.Root) error {
-			_, err := hook.UpdateLDCache(ctx, r, *ldconfig, folders)
+			_, err := hook.UpdateLDCache(r, folders)
 			return err
 		}
 	case "disable-device-node-modification", "chmod", "update-application-profile":
@@ -113,11 +111,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(c.Args()) > 0 {
 		return cli.Usagef("unexpected arguments %q (see %s %s --help)", c.Args(), name, sub)
 	}
-	rootPath, err := hook.ContainerRoot(stdin)
-	if err != nil {
-		return fmt.Errorf("%s: %w", sub, err)
-	}
-	r, err := hook.OpenRoot(rootPath)
+	r, err := hook.OpenContainerRoot(stdin)
 	if err != nil {
 		return fmt.Errorf("%s: %w", sub, err)
 	}

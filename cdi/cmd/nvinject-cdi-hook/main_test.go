@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -40,7 +39,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"update-ldcache", "--help"}, "", cli.ExitOK, "--folder"},
 	} {
 		var out, errw bytes.Buffer
-		err := run(context.Background(), tc.args, strings.NewReader(tc.stdin), &out, &errw)
+		err := run(tc.args, strings.NewReader(tc.stdin), &out, &errw)
 		if code := cli.Code(name, err, &errw); code != tc.code || !strings.Contains(out.String(), tc.out) {
 			t.Errorf("%v: exit %d (%v), stdout %q; want exit %d and %q", tc.args, code, err, out.String(), tc.code, tc.out)
 		}

@@ -52,11 +52,21 @@ func Edits(uid string, s claimconfig.Strategy) (specs.ContainerEdits, error) {
 	return specs.ContainerEdits{}, fmt.Errorf("sharing strategy %s is not served; use %s", contract.Quote(string(s)), claimconfig.TimeSlicing)
 }
 
+// ValidUID refuses a claim UID that cannot name a CDI device, and so
+// cannot be one file or directory name either: the UID names the claim's
+// spec file and its MPS daemon's directories on the host.
+func ValidUID(uid string) error {
+	if err := parser.ValidateDeviceName(uid); err != nil {
+		return fmt.Errorf("claim UID %s cannot name a CDI device or a file: %w", contract.Quote(uid), err)
+	}
+	return nil
+}
+
 // Write stores claim uid's spec atomically: its device shares uuids with
 // edits.
 func (d Dir) Write(uid string, uuids []string, edits specs.ContainerEdits) error {
-	if err := parser.ValidateDeviceName(uid); err != nil {
-		return fmt.Errorf("claim UID %s cannot name a CDI device: %w", contract.Quote(uid), err)
+	if err := ValidUID(uid); err != nil {
+		return err
 	}
 	s := specs.Spec{Kind: contract.CDIKind(d.vendor, contract.CDIClaimClass), Devices: []specs.Device{{
 		Name: uid,
@@ -86,6 +96,9 @@ func (d Dir) Write(uid string, uuids []string, edits specs.ContainerEdits) error
 
 // Remove deletes claim uid's spec; a spec that is not there is no error.
 func (d Dir) Remove(uid string) error {
+	if err := ValidUID(uid); err != nil {
+		return err
+	}
 	if err := os.Remove(d.path(uid)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the CDI spec of claim %s: %w", uid, err)
 	}

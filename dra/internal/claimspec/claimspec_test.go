@@ -46,3 +46,27 @@ func TestWriteRemoveEdits(t *testing.T) {
 		t.Error("an unknown strategy has edits")
 	}
 }
+
+// A claim UID names files on the host: one that is not a single name is
+// refused by Write and Remove alike, and nothing outside the dir changes.
+func TestUIDThatIsNoFileName(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "cdi")
+	victim := filepath.Join(parent, "victim.json")
+	if err := os.WriteFile(victim, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := New(dir, "nvidia.com")
+	for _, uid := range []string{"../../victim", "a/b", "..", ""} {
+		if err := d.Write(uid, []string{"GPU-a"}, specs.ContainerEdits{}); err == nil {
+			t.Errorf("Write(%q) succeeded", uid)
+		}
+		// "../../victim" would be parent/cdi/<prefix>../../victim.json.
+		if err := d.Remove(uid); err == nil || !strings.Contains(err.Error(), "cannot name a CDI device or a file") {
+			t.Errorf("Remove(%q) = %v", uid, err)
+		}
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("the file beside the spec dir is gone: %v", err)
+	}
+}

@@ -50,6 +50,11 @@ func (d *Driver) share(cp *checkpoint.Claim) error {
 	if d.claimSpecs == nil {
 		return errors.New("its GpuConfig shares GPUs, and this nvinject-dra writes no per-claim CDI specs; remove the claim's sharing config")
 	}
+	// The UID becomes host paths (the spec file, the MPS daemon's
+	// directories, mounted into containers): checked before any is made.
+	if err := claimspec.ValidUID(cp.UID); err != nil {
+		return err
+	}
 	edits, err := d.claimEdits(*cp, uuids, s)
 	if err != nil {
 		return err
