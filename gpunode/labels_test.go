@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/nvinject/nvinject/gpunode/nodelabels"
+	"github.com/nvinject/nvinject/gpunode/nodelabels/typednodes"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
@@ -71,7 +72,7 @@ func TestLabelsFollowTheLayout(t *testing.T) {
 		return b, err
 	}
 	cfg := config(t, "--nvml="+migSpec, "--driver-root="+roots.Get(t, migSpec), "--mig-rescan-interval=10ms", "--mig-strategy=mixed")
-	n := New(cfg, quietLog(), WithOpen(open), WithNodeLabels(c.CoreV1().Nodes(), appliesMetric))
+	n := New(cfg, quietLog(), WithOpen(open), WithNodeLabels(typednodes.New(c.CoreV1().Nodes()), appliesMetric))
 	rounds := make(chan GPUs, 8)
 	run(t, n, func(ctx context.Context, g GPUs) error {
 		rounds <- g
@@ -117,7 +118,7 @@ func TestLabelsFailureLeavesTheNodeServing(t *testing.T) {
 	c.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewServiceUnavailable("the API server is down")
 	})
-	n := New(config(t), quietLog(), WithNodeLabels(c.CoreV1().Nodes(), appliesMetric, nodelabels.WithBackoff(time.Millisecond, 5*time.Millisecond)))
+	n := New(config(t), quietLog(), WithNodeLabels(typednodes.New(c.CoreV1().Nodes()), appliesMetric, nodelabels.WithBackoff(time.Millisecond, 5*time.Millisecond)))
 	served := make(chan struct{})
 	run(t, n, func(ctx context.Context, g GPUs) error {
 		close(served)
@@ -143,10 +144,10 @@ func TestLabelsFailureLeavesTheNodeServing(t *testing.T) {
 // published, as it fails.
 func TestNoGPUWithdrawsTheLabels(t *testing.T) {
 	c := labelledCluster()
-	if err := nodelabels.New(c.CoreV1().Nodes(), testNode, nodelabels.WithLogger(quietLog())).Publish(context.Background(), map[string]string{contract.GFDLabelCount: "8"}); err != nil {
+	if err := nodelabels.New(typednodes.New(c.CoreV1().Nodes()), testNode, nodelabels.WithLogger(quietLog())).Publish(context.Background(), map[string]string{contract.GFDLabelCount: "8"}); err != nil {
 		t.Fatal(err)
 	}
-	n := New(config(t, "--visible-devices=none"), quietLog(), WithNodeLabels(c.CoreV1().Nodes(), appliesMetric))
+	n := New(config(t, "--visible-devices=none"), quietLog(), WithNodeLabels(typednodes.New(c.CoreV1().Nodes()), appliesMetric))
 	if err := <-run(t, n, func(context.Context, GPUs) error { return nil }); err == nil || !strings.Contains(err.Error(), "no GPU to publish") {
 		t.Fatalf("Run = %v; want no GPU to publish", err)
 	}
