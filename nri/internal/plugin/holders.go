@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,7 +139,9 @@ func (r *holders) admit(id string, h holder) (holder, unit, unit, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pods := map[string][]unit{}
-	for _, o := range r.byCtr {
+	// In container ID order: a refusal names the same holder every time.
+	for _, cid := range slices.Sorted(maps.Keys(r.byCtr)) {
+		o := r.byCtr[cid]
 		if o.samePod(h) {
 			continue
 		}
