@@ -5,7 +5,12 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 GO ?= go
+# bin/ holds the shipped programs, built without the GPU simulation (the
+# nosim tag); _out/equipment/ holds the test and demo equipment and a
+# SIMULATION build of every shipped program (same source, simulation
+# linked), which the local node, the demo and the tests run.
 BIN := $(CURDIR)/bin
+EQUIPMENT := $(CURDIR)/_out/equipment
 MODULE := github.com/nvinject/nvinject
 # The one version of nvinject: binaries (--version), image tags and labels,
 # the Helm chart and the manifests' image references all derive from it.
@@ -18,7 +23,10 @@ export VERSION REVISION
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 # nri_no_wasm: nvinject loads no WebAssembly NRI plugins; skipping that
 # support shortens every compile of the NRI runtime side used in tests.
-export GOFLAGS ?= -buildvcs=false -tags=nri_no_wasm
+# grpcnotrace: gRPC without golang.org/x/net/trace, whose html/template
+# keeps every exported method alive (2.6 MB of the device plugin's 17).
+TAGS := nri_no_wasm,grpcnotrace
+export GOFLAGS ?= -buildvcs=false -tags=$(TAGS)
 
 include e2e/tools/tools.mk
 include e2e/helm/helm.mk
@@ -30,21 +38,42 @@ include e2e/driverroot/driverroot.mk
 include e2e/soak.mk
 include e2e/kwok/kwok.mk
 
+# The shipped programs (bin/, the release images).
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/deviceplugin/cmd/... \
 	$(MODULE)/dra/cmd/... \
 	$(MODULE)/doctor/cmd/... \
 	$(MODULE)/fleet/cmd/... \
 	$(MODULE)/nri/cmd/... \
-	$(MODULE)/deploy/cmd/... \
-	$(MODULE)/e2e/cmd/...
+	$(MODULE)/deploy/cmd/...
+# The packages that make up the GPU simulation; no shipped program links one.
+SIM_PKGS := $(MODULE)/shared/gpu/sim $(MODULE)/gpunode/simdebug $(MODULE)/nri/internal/simfault \
+	$(MODULE)/cdi/simulation $(MODULE)/dra/scalesim github.com/NVIDIA/go-nvml/pkg/nvml/mock
 
 .PHONY: build
-build: ## build every binary into bin/
+build: equipment ## the shipped programs into bin/ (no simulation), the test and demo equipment into _out/equipment/
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nvidia-smi-sim $(MODULE)/cdi/simulation/cmd/nvidia-smi-sim
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/nvinject-cdi-hook $(MODULE)/cdi/cmd/nvinject-cdi-hook
+	$(GO) build -tags $(TAGS),nosim -ldflags '$(LDFLAGS)' -o $(BIN)/ $(CMDS)
+	CGO_ENABLED=0 $(GO) build -tags $(TAGS),nosim -ldflags '$(LDFLAGS)' -o $(BIN)/nvinject-cdi-hook $(MODULE)/cdi/cmd/nvinject-cdi-hook
+	@$(MAKE) --no-print-directory shipped-check
+
+.PHONY: equipment
+equipment: ## the test and demo equipment and a SIMULATION build of each shipped program, into _out/equipment/
+	@mkdir -p $(EQUIPMENT)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(EQUIPMENT)/ $(CMDS) $(MODULE)/e2e/cmd/...
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(EQUIPMENT)/nvidia-smi-sim $(MODULE)/cdi/simulation/cmd/nvidia-smi-sim
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(EQUIPMENT)/nvinject-cdi-hook $(MODULE)/cdi/cmd/nvinject-cdi-hook
+
+# shipped-check: every program in bin/ is a release build (go version -m
+# shows its tags) and names no simulation package among its functions (the
+# symbol table is stripped, the function table Go keeps for stacks is not).
+.PHONY: shipped-check
+shipped-check: ## check that no program in bin/ links a simulation package
+	@bad=0; for f in $(BIN)/*; do \
+	  mods=$$($(GO) version -m $$f) || { echo "shipped-check: $$f is not a Go program"; bad=1; continue; }; \
+	  echo "$$mods" | grep -q -- '-tags=.*nosim' || { echo "shipped-check: $$f was built without the nosim tag"; bad=1; }; \
+	  for p in $(SIM_PKGS); do if grep -aq -- "$$p[./]" $$f; then echo "shipped-check: $$f links $$p"; bad=1; fi; done; \
+	done; [ $$bad = 0 ] && echo "shipped-check: $$(ls $(BIN) | wc -l) programs in bin/, none links the simulation"
 
 .PHONY: help
 help: ## list the targets
@@ -62,10 +91,10 @@ unit: ## unit tests only: no root, no tools build, no local node
 # `make e2e`.
 NODE_PKGS := $(MODULE)/e2e/localnode $(MODULE)/e2e/cmd/nvinject-injbench $(MODULE)/e2e/scale
 .PHONY: test
-test: tools helm kwok build images ## unit, integration and local-node tests
-	NVINJECT_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
-	$(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
-	NVINJECT_BIN=$(BIN) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/
+test: tools helm kwok build sim-images ## unit, integration and local-node tests
+	NVINJECT_BIN=$(EQUIPMENT) NVINJECT_SHIPPED_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
+	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
+	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nvinject/staticcheck-$(STATICCHECK_VERSION)/staticcheck
@@ -127,5 +156,5 @@ set-version: ## write VERSION into the Helm chart and the Kustomize image tags (
 	sed -i -E 's/(newTag: )v.*/\1v$(VERSION)/' deploy/base/kustomization.yaml deploy/components/dra/kustomization.yaml
 
 .PHONY: clean
-clean: ## remove bin/
-	rm -rf $(BIN)
+clean: ## remove bin/ and _out/equipment/
+	rm -rf $(BIN) $(EQUIPMENT)

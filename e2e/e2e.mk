@@ -16,30 +16,30 @@ MODE ?= device-plugin
 demo-fleet: ## make demo NODES=3: three real nodes, both paths side by side
 	$(MAKE) demo NODES=3
 
-demo: build images tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed (MODE=device-plugin|dra, MIG=single|mixed), the vLLM stand-in, the evidence
-	$(BIN)/nvinject-demo -repo $(CURDIR) -bin $(BIN) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) -mode $(MODE) $(if $(MIG),-mig $(MIG)) $(if $(NODES),-nodes $(NODES)) $(if $(filter 1,$(KEEP)),-keep)
+demo: build sim-images tools ## a real single-node Kubernetes with a SIMULATED GPU, nvinject deployed (MODE=device-plugin|dra, MIG=single|mixed), the vLLM stand-in, the evidence
+	$(EQUIPMENT)/nvinject-demo -repo $(CURDIR) -bin $(EQUIPMENT) -tools-bin $(NVINJECT_TOOLS_BIN) -driver-layout $(DRIVER_LAYOUT) -mode $(MODE) $(if $(MIG),-mig $(MIG)) $(if $(NODES),-nodes $(NODES)) $(if $(filter 1,$(KEEP)),-keep)
 
 # make e2e: the GPU scenarios on one shared node (the doctor's fault tests
 # run under make test), then the fleet scenarios on two nodes, one per path.
 .PHONY: e2e
-e2e: build images tools helm ## the GPU scenarios on the real local node (root)
-	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
-	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 15m $(MODULE)/e2e/fleet/
+e2e: build sim-images tools helm ## the GPU scenarios on the real local node (root)
+	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -v -timeout 30m -skip '^TestDoctor' $(MODULE)/e2e/scenarios/
+	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -v -timeout 15m $(MODULE)/e2e/fleet/
 
 # make e2e-fleet: the fleet scenarios on three real local nodes (24 GPUs): node 1
 # device plugin on A100s, node 2 DRA on H100s, node 3 device plugin on A100s on the real
 # 550.163.01 driver root (the others on 535.261.03).
 .PHONY: e2e-fleet
-e2e-fleet: build images tools helm ## the fleet scenarios on three real local nodes under one control plane (root)
-	FLEET_NODES=3 DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 15m $(MODULE)/e2e/fleet/
+e2e-fleet: build sim-images tools helm ## the fleet scenarios on three real local nodes under one control plane (root)
+	FLEET_NODES=3 DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -v -timeout 15m $(MODULE)/e2e/fleet/
 
 # make bench-node: pod create to Running through DRA (both ways of asking)
 # against the device plugin's, BENCH_NODE_N pods a path, on the local node;
 # with both daemons' idle RSS (BenchmarkGPUPodStart).
 BENCH_NODE_N ?= 10
 .PHONY: bench-node
-bench-node: build images tools ## DRA pod start vs the device plugin's on the real local node, n=BENCH_NODE_N each (root)
-	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkGPUPodStart$$' -benchtime $(BENCH_NODE_N)x -timeout 40m $(MODULE)/e2e/scenarios/
+bench-node: build sim-images tools ## DRA pod start vs the device plugin's on the real local node, n=BENCH_NODE_N each (root)
+	DRIVER_LAYOUT=$(DRIVER_LAYOUT) NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -run '^$$' -bench '^BenchmarkGPUPodStart$$' -benchtime $(BENCH_NODE_N)x -timeout 40m $(MODULE)/e2e/scenarios/
 
 # make gpu-bundle: _out/gpu-bundle.tar.gz, everything e2e/gpu/check.sh needs on a
 # machine with a real GPU and driver but no network and no Go (e2e/gpu/README.md).

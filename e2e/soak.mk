@@ -13,6 +13,6 @@ SOAK_CONTAINERD ?= 20
 SOAK_KILLS ?= 10
 SOAK_BUDGET ?= 15m
 .PHONY: soak
-soak: build tools
+soak: build sim-images tools ## the long soak on the local node: kubelet and containerd restarts, daemon kills, spec churn (root)
 	NVINJECT_SOAK_KUBELET=$(SOAK_KUBELET) NVINJECT_SOAK_CONTAINERD=$(SOAK_CONTAINERD) NVINJECT_SOAK_KILLS=$(SOAK_KILLS) NVINJECT_SOAK_BUDGET=$(SOAK_BUDGET) \
-	NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(BIN) $(GO) test -count=1 -v -timeout 30m -run '^TestSoak$$' $(MODULE)/e2e/scenarios/
+	NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -v -timeout 30m -run '^TestSoak$$' $(MODULE)/e2e/scenarios/

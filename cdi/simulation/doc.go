@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package simulation holds nvinject's SIMULATION-only equipment, kept apart
 // from what runs on real nodes: it simulates the NVIDIA driver install on
 // disk. simroot writes a simulated driver root (placeholder libraries and

@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package scalesim is nvinject-dra's ResourceSlice publication for SIMULATED nodes,
 // many from one process: each node's devices come from the simulated NVML
 // (shared/gpu/sim) through the same discovery and the same slice building as

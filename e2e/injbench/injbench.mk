@@ -7,4 +7,4 @@ INJBENCH_N ?= 200
 
 .PHONY: bench-injection
 bench-injection: build tools ## GPU container create+start: nvinject vs containerd native CDI (root)
-	$(or $(BIN),$(CURDIR)/bin)/nvinject-injbench -n $(INJBENCH_N) -bin $(or $(BIN),$(CURDIR)/bin) -tools-bin $(NVINJECT_TOOLS_BIN)
+	$(EQUIPMENT)/nvinject-injbench -n $(INJBENCH_N) -bin $(EQUIPMENT) -tools-bin $(NVINJECT_TOOLS_BIN)

@@ -25,7 +25,7 @@ type Deployer struct {
 
 // New returns a Deployer for a node that is Up.
 func New(node *localnode.Node, opts ...Option) (*Deployer, error) {
-	d := &Deployer{node: node, repo: ".", bin: "bin", driver: Driver{Layout: Simulated}, log: slog.Default()}
+	d := &Deployer{node: node, repo: ".", bin: EquipmentDir, driver: Driver{Layout: Simulated}, log: slog.Default()}
 	for _, o := range opts {
 		o(d)
 	}

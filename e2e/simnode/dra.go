@@ -24,12 +24,12 @@ const (
 	DRADaemonSet = "nvinject-dra"
 )
 
-// ImportDRAImage imports nvinject-dra's release image (`make images`) into
+// ImportDRAImage imports nvinject-dra's image (`make sim-images`) into
 // the node's containerd.
 func (d *Deployer) ImportDRAImage(ctx context.Context) error {
-	archive := filepath.Join(d.repo, "_out", "images", "nvinject-dra.oci.tar")
+	archive := filepath.Join(d.repo, SimImagesDir, "nvinject-dra.oci.tar")
 	if _, err := os.Stat(archive); err != nil {
-		return fmt.Errorf("release image %s: %w; run `make images`", archive, err)
+		return fmt.Errorf("image %s: %w; run `make sim-images`", archive, err)
 	}
 	return d.node.ImportImage(ctx, archive)
 }

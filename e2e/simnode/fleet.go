@@ -68,9 +68,9 @@ func (d *Deployer) worker(node string) *localnode.Worker {
 // its GPUs: as Node allocatable on device-plugin nodes, as ResourceSlice devices on DRA
 // nodes.
 func (d *Deployer) DeployFleet(ctx context.Context, nodes []FleetNode, timeout time.Duration) (Deployment, error) {
-	dra := filepath.Join(d.repo, "_out", "images", "nvinject-dra.oci.tar")
+	dra := filepath.Join(d.repo, SimImagesDir, "nvinject-dra.oci.tar")
 	if err := d.importEverywhere(ctx, dra); err != nil {
-		return Deployment{}, fmt.Errorf("%w; run `make images`", err)
+		return Deployment{}, fmt.Errorf("%w; run `make sim-images`", err)
 	}
 	most := 0
 	for _, n := range nodes {

@@ -11,25 +11,34 @@ import (
 	"github.com/nvinject/nvinject/e2e/bookworm"
 )
 
-// releaseArchives are the daemons' release images that `make images` writes
-// under _out/images: the node runs exactly what is shipped (the device
-// plugin's image carries nvinject-cdi-hook for its init container).
+// SimImagesDir (under the repository) holds the daemons' images that `make
+// sim-images` writes: the release images' base, files and labels with each
+// program's SIMULATION build, so the node runs the shipped code paths on
+// simulated GPUs (the device plugin's image carries nvinject-cdi-hook for
+// its init container).
+const SimImagesDir = "_out/equipment/images"
+
+// EquipmentDir (under the repository) holds the SIMULATION builds of the
+// shipped programs and the test and demo equipment (`make equipment`).
+const EquipmentDir = "_out/equipment"
+
+// releaseArchives are the daemons' images in SimImagesDir the node runs.
 var releaseArchives = []string{"nvinject-device-plugin.oci.tar", "nvinject-nri.oci.tar"}
 
 // busyboxApplets are linked in the busybox image for test pods; the image
 // also carries nvidia-smi-sim (static), the SIMULATED GPUs' UUID query.
 var busyboxApplets = []string{"sh", "sleep", "ls", "cat", "env", "grep"}
 
-// ImportImages imports the daemons' release images (`make images`) and packs
+// ImportImages imports the daemons' images (`make sim-images`) and packs
 // the vLLM stand-in and busybox test images as OCI archives under
 // <run dir>/nvinject-images, importing them into the node's containerd
 // and every worker's (there is no registry). With the real driver root the vLLM stand-in's
 // image is Debian bookworm (see vllmImage).
 func (d *Deployer) ImportImages(ctx context.Context) error {
 	for _, a := range releaseArchives {
-		archive := filepath.Join(d.repo, "_out", "images", a)
+		archive := filepath.Join(d.repo, SimImagesDir, a)
 		if _, err := os.Stat(archive); err != nil {
-			return fmt.Errorf("release image %s: %w; run `make images`", archive, err)
+			return fmt.Errorf("image %s: %w; run `make sim-images`", archive, err)
 		}
 		if err := d.importEverywhere(ctx, archive); err != nil {
 			return err

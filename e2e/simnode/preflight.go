@@ -45,14 +45,14 @@ type Suite struct {
 	Skip             string
 }
 
-// SuitePreflight reads NVINJECT_TOOLS_BIN and NVINJECT_BIN (default repo/bin, repo
+// SuitePreflight reads NVINJECT_TOOLS_BIN and NVINJECT_BIN (default repo/_out/equipment, repo
 // being two levels up) and checks root and that no other node runs from another run
 // dir than runDir; make names the target that sets everything.
 func SuitePreflight(runDir, make string) Suite {
 	s := Suite{Tools: os.Getenv("NVINJECT_TOOLS_BIN"), Bin: os.Getenv("NVINJECT_BIN")}
 	s.Repo, _ = filepath.Abs("../..")
 	if s.Bin == "" {
-		s.Bin = filepath.Join(s.Repo, "bin")
+		s.Bin = filepath.Join(s.Repo, EquipmentDir)
 	}
 	switch {
 	case s.Tools == "":
@@ -61,7 +61,7 @@ func SuitePreflight(runDir, make string) Suite {
 		s.Skip = "the local nodes need root (namespaces, mounts, cgroups, runc)"
 	default:
 		if _, err := os.Stat(filepath.Join(s.Bin, "nvinject-device-plugin")); err != nil {
-			s.Skip = fmt.Sprintf("nvinject programs missing in %s: run `make build` (or set NVINJECT_BIN): %v", s.Bin, err)
+			s.Skip = fmt.Sprintf("nvinject programs missing in %s: run `make equipment` (or set NVINJECT_BIN): %v", s.Bin, err)
 		} else if err := CheckNoOtherNode(runDir); err != nil {
 			s.Skip = err.Error()
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
-	"github.com/nvinject/nvinject/shared/gpu/sim"
 	"github.com/nvinject/nvinject/shared/logging"
 	"github.com/nvinject/nvinject/shared/version"
 )
@@ -200,10 +199,8 @@ func (c *Config) Validate() []error {
 	if c.MIGRescan < 0 {
 		errs = append(errs, fmt.Errorf("--mig-rescan-interval=%s is negative; give a duration such as 10s, or 0 to read the MIG layout only at start and on SIGHUP", c.MIGRescan))
 	}
-	if c.NVML != backend.Real && c.NVML != sim.FromDriverRoot {
-		if _, err := sim.ParseSpec(c.NVML); err != nil {
-			errs = append(errs, fmt.Errorf("--nvml=%s is not valid: use real, or sim:a100-80gb[*N] for a simulated node (%w)", contract.Quote(c.NVML), err))
-		}
+	if err := backend.Validate(c.NVML); err != nil {
+		errs = append(errs, fmt.Errorf("--nvml=%s is not valid: %w", contract.Quote(c.NVML), err))
 	}
 	if c.OnNVMLError != OnNVMLErrorExit && c.OnNVMLError != OnNVMLErrorWait {
 		errs = append(errs, fmt.Errorf("--on-nvml-error=%s is not valid; use exit or wait", contract.Quote(c.OnNVMLError)))

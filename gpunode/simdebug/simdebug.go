@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package simdebug is the SIMULATION's seam on the kubelet plugins' GPU
 // node (gpunode): test and demo equipment, never product. Under
 // --nvml=sim:... the node takes, in one place (gpunode.New), a Seam that

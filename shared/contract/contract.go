@@ -152,3 +152,11 @@ const (
 	ContainerdCRILegacy = "io.containerd.grpc.v1.cri"
 	ContainerdRuncShim  = "io.containerd.runc.v2"
 )
+
+// SimulatedNVML starts every --nvml value that names a SIMULATED node
+// ("sim:a100-80gb*8"): test and demo equipment, linked only into builds
+// without the nosim tag (see shared/gpu/backend).
+const SimulatedNVML = "sim:"
+
+// IsSimulatedNVML says whether an --nvml value names a SIMULATED node.
+func IsSimulatedNVML(v string) bool { return strings.HasPrefix(v, SimulatedNVML) }

@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package simfacts is the facts file of a SIMULATED driver root: what the
 // simulated nvidia-smi reports for each GPU whose device node it can see.
 // It has no dependencies so that the simulated nvidia-smi builds static.

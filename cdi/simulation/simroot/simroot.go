@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package simroot writes a SIMULATED NVIDIA driver root: a directory shaped
 // like a real driver install (versioned libraries indexed by ld.so.cache,
 // nvidia-smi, firmware) for the simulated GPUs. Test and demo equipment.

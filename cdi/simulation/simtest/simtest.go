@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package simtest gives tests a SIMULATED node: its facts, discovered through
 // the real NVML code path, and a simulated driver root on disk.
 package simtest

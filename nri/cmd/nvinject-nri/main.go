@@ -26,7 +26,6 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/plugin"
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
-	"github.com/nvinject/nvinject/nri/internal/simfault"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
@@ -122,18 +121,16 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// With simulated GPUs the simulation's faults wrap the handler and
 	// drive the runner; a real node runs the handler as it is.
 	var p conn.Plugin = h
-	var slow *simfault.Slow
+	var faults *simulationFaults
 	if cfg.Simulated() {
-		slow = simfault.NewSlow(h, cfg.SimDelay)
-		p = slow
+		faults = newSimulationFaults(h, cfg.SimDelay)
+		p = faults
 	}
 	runner := conn.New(p, cfg.PluginName, cfg.PluginIdx, cfg.SocketPath, conn.WithLogger(log), conn.WithMetrics(m))
 
 	srv := httpserve.New(cfg.MetricsAddr, reg, httpserve.WithReady(runner.Ready), httpserve.WithLogger(log))
-	if slow != nil {
-		for pattern, hd := range simfault.Routes(slow, runner) {
-			srv.Handle(pattern, hd)
-		}
+	if faults != nil {
+		faults.serve(srv, runner)
 		log.Warn("SIMULATION: fault injection endpoints enabled", "endpoints", "/debug/sim/delay, /debug/sim/disconnect", "sim_delay", cfg.SimDelay.String())
 	}
 	errc := make(chan error, 1)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"strings"
 	"time"
 
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -119,4 +118,4 @@ func (c Config) validate() error {
 
 // Simulated reports whether the GPUs are simulated (--nvml=sim:...), which
 // enables the SIMULATION-only fault injection.
-func (c Config) Simulated() bool { return strings.HasPrefix(c.NVML, "sim:") }
+func (c Config) Simulated() bool { return contract.IsSimulatedNVML(c.NVML) }

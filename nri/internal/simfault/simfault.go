@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package simfault is SIMULATION-only equipment: the faults the fault tests
 // play on nvinject-nri. Slow holds up every CreateContainer of a served
 // runtime handler's pod (--sim-delay, POST /debug/sim/delay?d=); POST

@@ -5,18 +5,21 @@
 // nothing of the simulation. The simulation's own controls (its Xids and
 // faults) come only from OpenSimulated, which the simulation's seam for the
 // kubelet plugins (gpunode/simdebug) calls.
+//
+// The simulation is linked only into builds without the nosim tag: the
+// release binaries (make build) are built with it and cannot open "sim:"
+// values; the test and demo equipment (make equipment) is built without.
 package backend
 
 import (
 	"fmt"
 	"log/slog"
-	"path/filepath"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/driverroot"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
-	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 
 // Real is the --nvml value for the host's NVML.
@@ -46,9 +49,8 @@ func Open(value string, o Options) (*Backend, error) {
 	if value == "" {
 		value = Real
 	}
-	if sim.IsSim(value) {
-		b, _, err := OpenSimulated(value, o)
-		return b, err
+	if contract.IsSimulatedNVML(value) {
+		return openSimulated(value, o)
 	}
 	if value != Real {
 		return nil, fmt.Errorf("--nvml=%q is not valid: use %q for the host's GPUs or sim:a100-80gb[*N] for a simulated node", value, Real)
@@ -76,59 +78,14 @@ func Open(value string, o Options) (*Backend, error) {
 	return &Backend{Inventory: inv}, nil
 }
 
-// OpenSimulated is Open for a SIMULATED node ("sim:..."), and also returns
-// the simulated node itself: the equipment that injects its Xids and faults.
-// With a driver root the node follows the root's simulated MIG state file
-// (sim.StateFile), so every process opening the root sees one MIG layout.
-func OpenSimulated(value string, o Options) (*Backend, *sim.Node, error) {
-	value, err := sim.Resolve(value, o.DriverRoot)
-	if err != nil {
-		return nil, nil, err
+// Validate checks an --nvml value without opening anything: "real", or a
+// SIMULATED node this build can simulate.
+func Validate(value string) error {
+	if value == "" || value == Real {
+		return nil
 	}
-	spec, err := sim.ParseSpec(value)
-	if err != nil {
-		return nil, nil, err
+	if !contract.IsSimulatedNVML(value) {
+		return fmt.Errorf("use %q for the host's GPUs or sim:a100-80gb[*N] for a simulated node", Real)
 	}
-	source, err := simDriver(&spec, value, o.DriverRoot)
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := []sim.Option{}
-	if o.Logger != nil {
-		opts = append(opts, sim.WithLogger(o.Logger))
-	}
-	if o.DriverRoot != "" {
-		// Every process opening this driver root shares one MIG layout.
-		opts = append(opts, sim.WithStateFile(filepath.Join(o.DriverRoot, sim.StateFile)))
-	}
-	node := sim.New(spec, opts...)
-	inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithCaps(node.ProcFS(), "the SIMULATED driver's procfs"),
-		nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source))
-	if err != nil {
-		return nil, nil, err
-	}
-	return &Backend{Inventory: inv}, node, nil
-}
-
-// simDriver settles the simulated driver version: the value's driver=
-// option, else the version of the driver in root, else the simulation's
-// default. It returns where the version came from.
-func simDriver(spec *sim.Spec, value, root string) (string, error) {
-	if spec.Driver != "" {
-		return fmt.Sprintf("SIMULATED, the driver= option of %s", value), nil
-	}
-	if root != "" {
-		v, ok, err := driverroot.DriverVersion(root)
-		if err != nil {
-			return "", fmt.Errorf("--nvml=%s follows the driver root's version: %w; or give the version with %s,driver=VERSION", value, err, value)
-		}
-		if ok {
-			if _, known := sim.CUDAVersionFor(v.Version); !known {
-				return "", fmt.Errorf("--nvml=%s: driver root %s holds driver %s (%s), older than the simulation knows; simulate another with %s,driver=VERSION", value, root, v.Version, v.File, value)
-			}
-			spec.Driver = v.Version
-			return fmt.Sprintf("SIMULATED, following the driver root %s: %s", root, v.File), nil
-		}
-	}
-	return fmt.Sprintf("SIMULATED, %s default", value), nil
+	return validateSimulated(value)
 }

@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package sim is nvinject's SIMULATED GPU node: go-nvml's mock NVML server
 // (A100, H100 and H200 GPUs on a DGX-shaped node) made deterministic, with
 // MIG layouts created through NVML's own calls, the driver's MIG capability
@@ -44,6 +46,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/driverroot"
 	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/gpu/sim/simholders"
@@ -54,7 +57,7 @@ import (
 // "sim:a100-80gb*8,mig=3:3g.40gb+3g.40gb" (and two GPU instances),
 // "sim:a100-80gb,driver=535.261.03" (the driver version NVML reports),
 // "sim:a100-80gb*8,host=node-3" (UUIDs of their own, for a fleet).
-const Prefix = "sim:"
+const Prefix = contract.SimulatedNVML
 
 // FromDriverRoot is the --nvml value of a SIMULATED node that its driver root names:
 // the value in NodeFile there. One DaemonSet then simulates each node's own GPUs, as
@@ -204,7 +207,7 @@ func (s Spec) String() string {
 }
 
 // IsSim reports whether an --nvml value asks for the simulation.
-func IsSim(v string) bool { return strings.HasPrefix(v, Prefix) }
+func IsSim(v string) bool { return contract.IsSimulatedNVML(v) }
 
 // renderProfiles writes a layout with runs of one profile as profile*K.
 func renderProfiles(names []string) string {

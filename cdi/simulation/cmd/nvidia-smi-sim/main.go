@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Command nvidia-smi-sim is the SIMULATED nvidia-smi that nvinject installs
 // into simulated driver roots. Inside a container it reports the simulated
 // GPUs whose device nodes (/dev/nvidiaN, major 195) the container has, so a

@@ -1,3 +1,5 @@
+//go:build !nosim
+
 // Package simholders finds the processes that hold a character device
 // open, as the real NVIDIA driver knows who holds a MIG instance's
 // /dev/nvidia-caps access node. It is SIMULATION equipment: the simulated
