@@ -12,6 +12,7 @@ import (
 
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/kubeclient"
+	"github.com/nvinject/nvinject/shared/kubehttp"
 )
 
 // TestPublishOnARealAPIServer runs the publisher against the API server
@@ -38,7 +39,7 @@ func TestPublishOnARealAPIServer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 
-	nodes, err := Client(kubeconfig, "nodelabels-test")
+	nodes, err := Client(kubeconfig, kubehttp.InCluster{}, "nodelabels-test")
 	if err != nil {
 		t.Fatal(err)
 	}

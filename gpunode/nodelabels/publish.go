@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/nvinject/nvinject/shared/contract"
-	"github.com/nvinject/nvinject/shared/kubeclient"
+	"github.com/nvinject/nvinject/shared/kubehttp"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
 // Nodes is what the publisher needs of the API server: a Node's UID, and
 // a forced server-side apply of its labels under contract.NodeLabelManager
-// with that UID as precondition. NewREST serves it with client-go's REST
-// transport alone; typednodes adapts a typed client (nvinject-dra has one).
+// with that UID as precondition. NewREST serves it over shared/kubehttp;
+// typednodes adapts a typed client (nvinject-dra has one).
 type Nodes interface {
 	UID(ctx context.Context, name string) (string, error)
 	ApplyLabels(ctx context.Context, name, uid string, labels map[string]string) error
@@ -105,12 +105,11 @@ func (p *Publisher) apply(ctx context.Context, labels map[string]string) error {
 }
 
 // Client is the Nodes of the API server kubeconfig names, or of the pod's
-// service account when it is empty (shared/kubeclient); program is the
-// user agent.
-func Client(kubeconfig, program string) (Nodes, error) {
-	cfg, err := kubeclient.Config(kubeconfig, program)
+// service account (in) when it is empty; program is the user agent.
+func Client(kubeconfig string, in kubehttp.InCluster, program string) (Nodes, error) {
+	c, err := kubehttp.New(kubeconfig, in, program)
 	if err != nil {
 		return nil, err
 	}
-	return NewREST(cfg)
+	return NewREST(c), nil
 }

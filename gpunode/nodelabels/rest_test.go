@@ -7,19 +7,20 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/rest"
-
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/kubehttp"
 )
 
 // The REST Nodes sends what the API server's server-side apply takes: a
 // GET of the Node, then a forced apply-patch under the shared manager
 // with the UID as precondition; the server's Status errors come back as
-// apierrors, and an answer that is not a Status is quoted, bounded.
+// kubehttp.StatusErrors, and an answer that is not a Status is quoted,
+// bounded.
 func TestRESTNodes(t *testing.T) {
 	var applied struct {
 		method, contentType, query string
@@ -47,7 +48,11 @@ func TestRESTNodes(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	nodes, err := NewREST(&rest.Config{Host: srv.URL, UserAgent: "nodelabels-test"})
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\nclusters: [{name: c, cluster: {server: '"+srv.URL+"'}}]\nusers: [{name: u, user: {}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := Client(kubeconfig, kubehttp.InCluster{}, "nodelabels-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,12 +76,12 @@ func TestRESTNodes(t *testing.T) {
 	if meta, _ := applied.body["metadata"].(map[string]any); meta["labels"] != nil {
 		t.Errorf("withdrawal sent labels %v; want none (the server removes this manager's)", meta["labels"])
 	}
-	if _, err := nodes.UID(ctx, "missing"); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `"missing" not found`) {
+	if _, err := nodes.UID(ctx, "missing"); !kubehttp.IsNotFound(err) || !strings.Contains(err.Error(), `"missing" not found`) {
 		t.Errorf("UID of a missing Node: %v; want the server's NotFound", err)
 	}
 	_, err = nodes.UID(ctx, "behind-a-broken-proxy")
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Code != http.StatusBadGateway || len(err.Error()) > 1024 || !strings.Contains(err.Error(), "502 Bad Gateway") {
+	var status *kubehttp.StatusError
+	if !errors.As(err, &status) || status.Code != http.StatusBadGateway || len(err.Error()) > 1024 || !strings.Contains(err.Error(), "502 Bad Gateway") {
 		t.Errorf("an answer that is not a Status: %v; want a bounded error with the HTTP status", err)
 	}
 }

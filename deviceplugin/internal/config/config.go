@@ -16,6 +16,7 @@ import (
 	"github.com/nvinject/nvinject/gpunode/nodeconfig"
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/kubehttp"
 	"github.com/nvinject/nvinject/shared/sharing"
 )
 
@@ -44,6 +45,9 @@ type Config struct {
 	// optional).
 	SharingConfig string
 	Sharing       sharing.Config
+	// InCluster is where the pod's API server is (KUBERNETES_SERVICE_HOST
+	// and _PORT) when --kubeconfig is empty: the node labels' client.
+	InCluster kubehttp.InCluster
 }
 
 // KubeletSocket is the kubelet's registration socket.
@@ -92,6 +96,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 
 	errs := node.Validate()
 	c.Config = *node
+	c.InCluster = kubehttp.InCluster{Host: getenv("KUBERNETES_SERVICE_HOST"), Port: getenv("KUBERNETES_SERVICE_PORT")}
 	var err error
 	if c.Strategies, err = contract.ParseStrategies(strategies); err != nil {
 		errs = append(errs, err)

@@ -83,7 +83,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 	var labels []gpunode.Option
 	if cfg.NodeLabels {
 		if d.nodes == nil {
-			if d.nodes, d.err = nodelabels.Client(cfg.Kubeconfig, config.Name); d.err != nil {
+			if d.nodes, d.err = nodelabels.Client(cfg.Kubeconfig, cfg.InCluster, config.Name); d.err != nil {
 				d.err = fmt.Errorf("--node-labels publishes the GPU labels through the API server: %w; or set --node-labels=false, and the plugin needs no API access", d.err)
 			}
 		}
