@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/go-logr/logr v1.4.3
 	github.com/nvinject/nvinject/cdi v0.0.0-00010101000000-000000000000
-	github.com/nvinject/nvinject/deviceplugin v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/gpunode v0.0.0-00010101000000-000000000000
 	github.com/nvinject/nvinject/shared v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.24.0

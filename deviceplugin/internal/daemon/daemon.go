@@ -22,7 +22,7 @@ import (
 	"github.com/nvinject/nvinject/deviceplugin/internal/allocate"
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
 	"github.com/nvinject/nvinject/deviceplugin/internal/devices"
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
+	"github.com/nvinject/nvinject/gpunode/kubelet"
 	"github.com/nvinject/nvinject/deviceplugin/internal/metrics"
 	"github.com/nvinject/nvinject/deviceplugin/internal/plugin"
 	"github.com/nvinject/nvinject/gpunode"

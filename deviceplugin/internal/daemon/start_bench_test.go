@@ -12,8 +12,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode/kubelet"
+	"github.com/nvinject/nvinject/gpunode/kubelet/kubelettest"
 	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"

@@ -28,7 +28,7 @@ type Config struct {
 	RegistrarDir string
 	PluginDir    string
 	// HoldEndpoint registers an empty device-plugin endpoint for
-	// ResourceName in KubeletDir (deviceplugin/endpoint says why).
+	// ResourceName in KubeletDir (gpunode/kubelet/endpoint says why).
 	HoldEndpoint bool
 	KubeletDir   string
 	// OwnerLabel is the node label deploy/ selects nvinject-dra by (value

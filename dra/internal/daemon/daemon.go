@@ -24,7 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/nvinject/nvinject/deviceplugin/endpoint"
+	"github.com/nvinject/nvinject/gpunode/kubelet/endpoint"
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/dra/internal/claimspec"
 	"github.com/nvinject/nvinject/dra/internal/config"

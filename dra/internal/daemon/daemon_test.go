@@ -224,7 +224,7 @@ func (r *rig) dra(t testing.TB) drapbv1.DRAPluginClient {
 // TestHoldsResourceEndpoint: nvinject-dra holds an empty device-plugin
 // endpoint for the DeviceClass's extended resource in --kubelet-dir, again
 // after a restart, and none with --hold-resource-endpoint=false. (What the
-// endpoint answers kubelet is deviceplugin/endpoint's test.)
+// endpoint answers kubelet is gpunode/kubelet/endpoint's test.)
 func TestHoldsResourceEndpoint(t *testing.T) {
 	r := newRig(t, "sim:a100-80gb")
 	want := [2]string{filepath.Join(r.dir, "dp"), contract.ResourceName}

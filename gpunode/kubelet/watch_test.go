@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode/kubelet/kubelettest"
 )
 
 // runRegistrar starts a registrar in dir and stops it when the test ends.

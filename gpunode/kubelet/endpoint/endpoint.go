@@ -1,9 +1,9 @@
 // Package endpoint is the device plugin protocol's one piece nvinject-dra
 // uses: an empty device-plugin endpoint for the extended resource its
 // DeviceClass serves (nvidia.com/gpu), registered with kubelet by the
-// device plugin's own registrar. It lists no
+// registrar the device plugin uses too (gpunode/kubelet). It lists no
 // device, so kubelet publishes the resource with capacity and allocatable 0
-// (the scheduler then serves the seed's nvidia.com/gpu: 1 through DRA,
+// (the scheduler then serves a pod's nvidia.com/gpu: 1 through DRA,
 // KEP-5004) while kubelet's device manager keeps an endpoint for the name.
 //
 // Why: a node that ran the device plugin keeps the resource in the device
@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelet"
+	"github.com/nvinject/nvinject/gpunode/kubelet"
 	"github.com/nvinject/nvinject/shared/contract"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/nvinject/nvinject/deviceplugin/internal/kubelettest"
+	"github.com/nvinject/nvinject/gpunode/kubelet/kubelettest"
 )
 
 // svc is the least a plugin serves for kubelet to connect: its options
