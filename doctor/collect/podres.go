@@ -7,53 +7,40 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-
 	"github.com/nvinject/nvinject/doctor/evidence"
+	"github.com/nvinject/nvinject/shared/podresources"
 )
 
 // podResourcesTimeout bounds the one List: kubelet answers a local call at
 // once or not at all.
 const podResourcesTimeout = 5 * time.Second
 
-// podLister is the one PodResources call the doctor makes (the generated
-// client has it).
-type podLister interface {
-	List(ctx context.Context, in *podresv1.ListPodResourcesRequest, opts ...grpc.CallOption) (*podresv1.ListPodResourcesResponse, error)
-}
-
 // collectPodResources asks kubelet's PodResources socket which container
 // holds which devices.
 func collectPodResources(ctx context.Context, socket string) evidence.PodResourcesEvidence {
 	ev := evidence.PodResourcesEvidence{Socket: socket}
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := podresources.Dial(socket, podresources.WithTimeout(podResourcesTimeout))
 	if err != nil {
 		ev.Unread = fmt.Sprintf("connect to kubelet's PodResources socket %s (pass --pod-resources-socket): %v", socket, err)
 		return ev
 	}
-	defer conn.Close()
-	return listPodResources(ctx, podresv1.NewPodResourcesListerClient(conn), ev)
+	defer c.Close()
+	return listPodResources(ctx, c, ev)
 }
 
-// listPodResources fills ev from l's List: each container's device-plugin
+// listPodResources fills ev from c's List: each container's device-plugin
 // devices, by resource.
-func listPodResources(ctx context.Context, l podLister, ev evidence.PodResourcesEvidence) evidence.PodResourcesEvidence {
-	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
-	defer cancel()
-	resp, err := l.List(ctx, &podresv1.ListPodResourcesRequest{})
+func listPodResources(ctx context.Context, c *podresources.Client, ev evidence.PodResourcesEvidence) evidence.PodResourcesEvidence {
+	pods, err := c.List(ctx)
 	if err != nil {
-		ev.Unread = fmt.Sprintf("list kubelet's PodResources at %s (run the doctor as root on the worker, or pass --pod-resources-socket): %v", ev.Socket, err)
+		ev.Unread = fmt.Sprintf("run the doctor as root on the worker, or pass --pod-resources-socket: %v", err)
 		return ev
 	}
-	for _, p := range resp.GetPodResources() {
-		for _, c := range p.GetContainers() {
-			ref := evidence.PodRef{Namespace: p.GetNamespace(), Name: p.GetName(), Container: c.GetName()}
-			for _, d := range c.GetDevices() {
-				if len(d.GetDeviceIds()) > 0 {
-					ev.Containers = append(ev.Containers, evidence.ContainerDevices{PodRef: ref, Resource: d.GetResourceName(), IDs: slices.Clone(d.GetDeviceIds())})
-				}
+	for _, p := range pods {
+		for _, ctr := range p.Containers {
+			ref := evidence.PodRef{Namespace: p.Namespace, Name: p.Name, Container: ctr.Name}
+			for _, d := range ctr.Devices {
+				ev.Containers = append(ev.Containers, evidence.ContainerDevices{PodRef: ref, Resource: d.Resource, IDs: slices.Clone(d.IDs)})
 			}
 		}
 	}

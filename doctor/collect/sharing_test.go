@@ -15,6 +15,7 @@ import (
 	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/nvinject/nvinject/doctor/evidence"
+	"github.com/nvinject/nvinject/shared/podresources"
 )
 
 // TestGPUDevices: each GPU and MIG device of the kind is one device with
@@ -101,7 +102,7 @@ func TestListPodResources(t *testing.T) {
 		{Namespace: "default", Name: "a", Containers: []*podresv1.ContainerResources{{Name: "c", Devices: []*podresv1.ContainerDevices{
 			{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-aaaa::0"}}}}}},
 	}}
-	got := listPodResources(context.Background(), lister{resp: resp}, evidence.PodResourcesEvidence{Socket: "s"})
+	got := listPodResources(context.Background(), podresources.New(lister{resp: resp}), evidence.PodResourcesEvidence{Socket: "s"})
 	want := evidence.PodResourcesEvidence{Socket: "s", Containers: []evidence.ContainerDevices{
 		{PodRef: evidence.PodRef{Namespace: "default", Name: "a", Container: "c"}, Resource: "nvidia.com/gpu", IDs: []string{"GPU-aaaa::0"}},
 		{PodRef: evidence.PodRef{Namespace: "default", Name: "b", Container: "c"}, Resource: "nvidia.com/gpu", IDs: []string{"GPU-aaaa::1"}},
@@ -109,7 +110,7 @@ func TestListPodResources(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("listPodResources = %+v, want %+v", got, want)
 	}
-	got = listPodResources(context.Background(), lister{err: errors.New("permission denied")}, evidence.PodResourcesEvidence{Socket: "s"})
+	got = listPodResources(context.Background(), podresources.New(lister{err: errors.New("permission denied")}), evidence.PodResourcesEvidence{Socket: "s"})
 	if !strings.Contains(got.Unread, "permission denied") || !strings.Contains(got.Unread, "--pod-resources-socket") {
 		t.Errorf("unread %q", got.Unread)
 	}

@@ -11,20 +11,15 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	podresv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/podresources"
 	"github.com/nvinject/nvinject/shared/sharing"
 )
 
 // Lister is the PodResources call the watcher needs (the generated client
-// has it).
-type Lister interface {
-	List(ctx context.Context, in *podresv1.ListPodResourcesRequest, opts ...grpc.CallOption) (*podresv1.ListPodResourcesResponse, error)
-}
+// has it; a test's kubelet too).
+type Lister = podresources.Lister
 
 // Holder is one container holding a GPU.
 type Holder struct {
@@ -91,16 +86,13 @@ func DRAClaims(driver string) Source {
 
 // Watcher polls kubelet for the holders of the node's GPUs.
 type Watcher struct {
-	list Lister
+	pods *podresources.Client
 	conn io.Closer
-	// socket names kubelet's socket in errors; empty for a given Lister.
-	socket string
-	src    Source
+	src  Source
 	// ids maps a device-plugin device ID or a DRA device name to the GPU's UUID.
-	ids     map[string]string
-	every   time.Duration
-	timeout time.Duration
-	grace   time.Duration
+	ids   map[string]string
+	every time.Duration
+	grace time.Duration
 }
 
 // DefaultGrace is how long a failing List keeps the last good answer: longer
@@ -127,7 +119,7 @@ func WithGrace(d time.Duration) Option { return func(w *Watcher) { w.grace = d }
 
 // New watches src's assignments of gpus.
 func New(l Lister, src Source, gpus []gpu.Device, opts ...Option) *Watcher {
-	w := &Watcher{list: l, src: src, ids: map[string]string{}, every: time.Second, timeout: 2 * time.Second, grace: DefaultGrace}
+	w := &Watcher{pods: podresources.New(l, podresources.WithTimeout(2*time.Second)), src: src, ids: map[string]string{}, every: time.Second, grace: DefaultGrace}
 	for _, g := range gpus {
 		if src.draDriver != "" {
 			w.ids[contract.DRADeviceName(g.Index)] = g.UUID
@@ -153,12 +145,12 @@ func New(l Lister, src Source, gpus []gpu.Device, opts ...Option) *Watcher {
 // on first use, so a missing socket is a failed Poll, not an error here.
 // Close the watcher when done.
 func Dial(socket string, src Source, gpus []gpu.Device, opts ...Option) (*Watcher, error) {
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := podresources.Dial(socket)
 	if err != nil {
-		return nil, fmt.Errorf("PodResources client for %s: %w; check --pod-resources-socket", socket, err)
+		return nil, err
 	}
-	w := New(podresv1.NewPodResourcesListerClient(conn), src, gpus, opts...)
-	w.conn, w.socket = conn, socket
+	w := New(nil, src, gpus, opts...)
+	w.pods, w.conn = c, c
 	return w, nil
 }
 
@@ -172,22 +164,16 @@ func (w *Watcher) Close() error {
 
 // Poll asks kubelet once.
 func (w *Watcher) Poll(ctx context.Context) (Holders, error) {
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	resp, err := w.list.List(ctx, &podresv1.ListPodResourcesRequest{})
+	pods, err := w.pods.List(ctx)
 	if err != nil {
-		at := ""
-		if w.socket != "" {
-			at = " at " + w.socket
-		}
-		return nil, fmt.Errorf("cannot read kubelet's PodResources%s: %w; mount kubelet's pod-resources dir (/var/lib/kubelet/pod-resources) into the pod and point --pod-resources-socket at its kubelet.sock", at, err)
+		return nil, fmt.Errorf("%w; mount kubelet's pod-resources dir (/var/lib/kubelet/pod-resources) into the pod", err)
 	}
 	h := Holders{}
-	for _, p := range resp.GetPodResources() {
-		pod := p.GetNamespace() + "/" + p.GetName()
-		for _, c := range p.GetContainers() {
+	for _, p := range pods {
+		pod := p.Namespace + "/" + p.Name
+		for _, c := range p.Containers {
 			for u, claim := range w.held(c) {
-				h[u] = append(h[u], Holder{Pod: pod, Container: c.GetName(), Claim: claim})
+				h[u] = append(h[u], Holder{Pod: pod, Container: c.Name, Claim: claim})
 			}
 		}
 	}
@@ -202,29 +188,24 @@ func (w *Watcher) Poll(ctx context.Context) (Holders, error) {
 
 // held maps the GPUs container c holds through the watched path to the
 // claim it holds each through ("" for the device plugin).
-func (w *Watcher) held(c *podresv1.ContainerResources) map[string]string {
+func (w *Watcher) held(c podresources.Container) map[string]string {
 	out := map[string]string{}
 	if w.src.resource != "" {
-		for _, d := range c.GetDevices() {
-			if !w.src.publishes(d.GetResourceName()) {
-				continue
+		for _, id := range c.IDs(w.src.publishes) {
+			// A time-slicing replica "<id>::<n>" holds its device.
+			if dev, ok := sharing.DeviceOf(id); ok {
+				id = dev
 			}
-			for _, id := range d.GetDeviceIds() {
-				// A time-slicing replica "<id>::<n>" holds its device.
-				if dev, ok := sharing.DeviceOf(id); ok {
-					id = dev
-				}
-				if u, ok := w.ids[id]; ok {
-					out[u] = ""
-				}
+			if u, ok := w.ids[id]; ok {
+				out[u] = ""
 			}
 		}
 		return out
 	}
-	for _, dr := range c.GetDynamicResources() {
-		for _, r := range dr.GetClaimResources() {
-			if u, ok := w.ids[r.GetDeviceName()]; ok && r.GetDriverName() == w.src.draDriver {
-				out[u] = dr.GetClaimNamespace() + "/" + dr.GetClaimName()
+	for _, cl := range c.ClaimsOf(w.src.draDriver) {
+		for _, d := range cl.Devices {
+			if u, ok := w.ids[d.Device]; ok {
+				out[u] = cl.Namespace + "/" + cl.Name
 			}
 		}
 	}
