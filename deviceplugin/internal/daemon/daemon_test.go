@@ -21,9 +21,9 @@ import (
 
 	"github.com/nvinject/nvinject/cdi/simulation/simtest"
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
-	"github.com/nvinject/nvinject/gpunode/kubelet/kubelettest"
 	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/gpunode/health"
+	"github.com/nvinject/nvinject/gpunode/kubelet/kubelettest"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )

@@ -12,9 +12,9 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/nvinject/nvinject/deviceplugin/internal/config"
+	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/gpunode/kubelet"
 	"github.com/nvinject/nvinject/gpunode/kubelet/kubelettest"
-	"github.com/nvinject/nvinject/gpunode"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/nvmlinv"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
