@@ -66,6 +66,7 @@ test: tools helm kwok build images ## unit, integration and local-node tests
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 	$(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
 	NVINJECT_BIN=$(BIN) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/
+	$(MAKE) --no-print-directory gpu-dry-run
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nvinject/staticcheck-$(STATICCHECK_VERSION)/staticcheck

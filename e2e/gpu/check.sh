@@ -81,7 +81,7 @@ if ((DRY)); then
 	echo "DRY RUN: the GPU is SIMULATED (--nvml=$NVML); nothing here has touched a real GPU."
 	# A copy of the root with the SIMULATED GPUs' facts file, which the spec puts into the
 	# container for nvidia-smi-sim, the simulated UUID query.
-	ver=$(find "$ROOT/usr/lib" -name 'libnvidia-ml.so.[0-9]*.*' 2>/dev/null | head -1 | sed 's/.*libnvidia-ml\.so\.//')
+	ver=$(find "$ROOT" -xdev -name 'libnvidia-ml.so.[0-9]*.*' 2>/dev/null | head -1 | sed 's/.*libnvidia-ml\.so\.//')
 	[[ -n $ver ]] || { echo "check.sh: $ROOT holds no libnvidia-ml.so.<version>" >&2; exit 2; }
 	mkdir -p "$WORK/driver-root" "$WORK/simroot"
 	cp -a "$ROOT/." "$WORK/driver-root/"
@@ -126,8 +126,14 @@ else
 	kpid=$!
 	pids+=("$kpid")
 	sleep 0.5
-	nvinject-device-plugin --nvml="$NVML" --driver-root="$ROOT" --kubelet-dir="$WORK/kubelet" --cdi-spec-dir="$WORK/dp-cdi" \
-		--visible-devices="$UUID" --hook-binary="$HOOK" --metrics-addr=127.0.0.1:19481 --log-format=text > "$WORK/plugin.log" 2>&1 &
+	# No kubelet's PodResources socket here: the guard (fail closed without it) is turned off
+	# explicitly; no Node either: the plugin skips its labels without --node-name.
+	echo "  the plugin runs with --pod-resources-socket= (no kubelet's PodResources here: the guard against GPUs held through DRA is off) and no --node-name (no labels)"
+	dpargs=(--nvml="$NVML" --driver-root="$ROOT" --kubelet-dir="$WORK/kubelet" --cdi-spec-dir="$WORK/dp-cdi"
+		--visible-devices="$UUID" --hook-binary="$HOOK" --metrics-addr=127.0.0.1:19481 --log-format=text
+		--pod-resources-socket= --state-dir="$WORK/dp-state" --mps-dir="$WORK/mps")
+	echo "$ nvinject-device-plugin ${dpargs[*]}"
+	nvinject-device-plugin "${dpargs[@]}" > "$WORK/plugin.log" 2>&1 &
 	ppid=$!
 	pids+=("$ppid")
 	sleep $((WATCH > 4 ? WATCH - 2 : 2))
@@ -139,7 +145,7 @@ else
 	echo "$ nvinject-gpucheck kubelet --dir $WORK/kubelet --for ${WATCH}s"
 	sed 's/^/  /' "$WORK/kubelet.log"
 	echo "device plugin log (health and registration lines):"
-	grep -iE 'health|xid|event|regist|nvml|error' "$WORK/plugin.log" | head -20 | sed 's/^/  /'
+	grep -iE 'health|xid|event|regist|nvml|error|warn' "$WORK/plugin.log" | head -20 | sed 's/^/  /'
 	if ((krc == 0)) && grep -q "ListAndWatch: .*$UUID Healthy" "$WORK/kubelet.log"; then
 		result health PASS "registered, $UUID Healthy for ${WATCH}s, Allocate answered CDI names (no Xid was induced)"
 	else

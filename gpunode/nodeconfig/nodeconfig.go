@@ -106,6 +106,7 @@ type Config struct {
 	NodeLabels bool
 
 	mig, xids string
+	warnings  []string
 	// apiAlways: the binary needs the API server whatever --node-labels says.
 	apiAlways bool
 }
@@ -231,10 +232,16 @@ func (c *Config) Validate() []error {
 	case c.apiAlways:
 		errs = append(errs, errors.New("--node-name is empty; set NODE_NAME from the downward API (fieldRef spec.nodeName)"))
 	case c.NodeLabels:
-		errs = append(errs, errors.New("--node-name is empty, and --node-labels publishes the GPU labels on that Node; set NODE_NAME from the downward API (fieldRef spec.nodeName), or --node-labels=false"))
+		// A command line from before the labels existed keeps working.
+		c.NodeLabels = false
+		c.warnings = append(c.warnings, "--node-name is empty, so the GPU labels are not published (as if --node-labels=false); set NODE_NAME from the downward API (fieldRef spec.nodeName) to publish them")
 	}
 	return errs
 }
+
+// Warnings are what Validate let through with a default the operator may
+// not have meant, for the binary to log once at start.
+func (c Config) Warnings() []string { return c.warnings }
 
 // UsesAPI reports whether the node reaches the API server: to publish its
 // labels, or because the binary always does.
