@@ -20,6 +20,7 @@ import (
 
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/driverroot"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
@@ -61,6 +62,9 @@ type Config struct {
 	DriverRoot string
 	// HostDriverRoot is DriverRoot's path on the host; CDI specs name host paths.
 	HostDriverRoot string
+	// DevRoot is the directory whose dev/ holds the GPUs' device nodes;
+	// empty: DriverRoot when it is a system root, else /.
+	DevRoot string
 	// HookBinary is the host path of the hook program the CDI spec's
 	// createContainer hooks run; empty for a spec without hooks.
 	HookBinary     string
@@ -136,6 +140,7 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.NVML, "nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
+	fs.StringVar(&c.DevRoot, "dev-root", "", "the directory whose dev/ holds the GPUs' device nodes, as this process sees it (default: --driver-root when it is a whole system root, with usr/; else /, as for a driver directory such as /home/kubernetes/bin/nvidia)")
 	fs.StringVar(&c.HookBinary, "hook-binary", "", "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", contract.CDISpecDir, "where the node's CDI spec for the published GPUs is written")
 	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")
@@ -218,6 +223,9 @@ func (c *Config) Validate() []error {
 	if !filepath.IsAbs(c.CDISpecDir) {
 		errs = append(errs, fmt.Errorf("--cdi-spec-dir=%s is not an absolute path; give the host directory containerd reads CDI specs from (%s)", contract.Quote(c.CDISpecDir), contract.CDISpecDir))
 	}
+	if c.DevRoot != "" && !filepath.IsAbs(c.DevRoot) {
+		errs = append(errs, fmt.Errorf("--dev-root=%s is not an absolute path; give the directory whose dev/ holds /dev/nvidia* (/ on the host)", contract.Quote(c.DevRoot)))
+	}
 	if c.HookBinary != "" && !filepath.IsAbs(c.HookBinary) {
 		errs = append(errs, fmt.Errorf("--hook-binary=%s is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", contract.Quote(c.HookBinary)))
 	}
@@ -258,7 +266,7 @@ func (c Config) Attrs() []any {
 	}
 	return []any{
 		"version", version.Version, "revision", version.Rev(),
-		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary,
+		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "dev_root", driverroot.DevRoot(c.DriverRoot, c.DevRoot), "hook_binary", c.HookBinary,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", contract.CDIKind(c.CDIVendor, c.CDIClass),
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
 		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "health_update_interval", c.HealthUpdate.String(), "mig_rescan_interval", c.MIGRescan.String(), "driver_check_interval", c.DriverCheck.String(), "on_nvml_error", c.OnNVMLError,

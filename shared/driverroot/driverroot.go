@@ -30,6 +30,8 @@ var ErrTooManyLinks = errors.New("too many levels of symbolic links")
 var LibDirs = []string{
 	"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
 	"/lib64", "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+	// Where CUDA images and GKE-style nodes keep the driver.
+	"/usr/local/nvidia/lib64",
 }
 
 // Resolve returns the path p (absolute, as seen from inside root) names
@@ -157,4 +159,25 @@ func DriverVersion(root string) (v Version, ok bool, err error) {
 		names[i] = f.File
 	}
 	return Version{}, false, fmt.Errorf("driver root %s holds libraries of more than one NVIDIA driver (%s) and no libnvidia-ml.so.1 naming the current one; remove the stale ones or recreate the soname links with `ldconfig -r %s`", root, strings.Join(names, ", "), root)
+}
+
+// IsSystemRoot reports whether root is a whole system's root file system
+// (it has usr/: the host's /, a GPU Operator driver container's
+// /run/nvidia/driver) rather than a directory holding only the driver
+// (/usr/local/nvidia, GKE's /home/kubernetes/bin/nvidia).
+func IsSystemRoot(root string) bool {
+	_, fi, err := Stat(root, "/usr")
+	return err == nil && fi.IsDir()
+}
+
+// DevRoot is the directory whose dev/ holds the GPUs' device nodes: given
+// when set, else root when root is a system root, else the host's "/".
+func DevRoot(root, given string) string {
+	switch {
+	case given != "":
+		return given
+	case root == "" || IsSystemRoot(root):
+		return root
+	}
+	return "/"
 }

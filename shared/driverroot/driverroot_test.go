@@ -151,3 +151,31 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// A system root keeps its own dev/; a driver directory's devices are the
+// host's; --dev-root wins.
+func TestDevRoot(t *testing.T) {
+	system := root(t, map[string]string{"/usr/lib/": "dir/"})
+	merged := root(t, map[string]string{"/real-usr/": "dir/", "/usr": "->/real-usr"})
+	driverDir := root(t, map[string]string{"/lib64/libcuda.so.1": "", "/bin/nvidia-smi": ""})
+	for _, tt := range []struct {
+		name, root, given, want string
+		system                  bool
+	}{
+		{"host", "/", "", "/", true},
+		{"system root", system, "", system, true},
+		{"usr a link inside the root", merged, "", merged, true},
+		{"driver directory", driverDir, "", "/", false},
+		{"given", driverDir, "/host", "/host", false},
+		{"given over a system root", system, "/", "/", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := driverroot.IsSystemRoot(tt.root); got != tt.system {
+				t.Errorf("IsSystemRoot(%s) = %v, want %v", tt.root, got, tt.system)
+			}
+			if got := driverroot.DevRoot(tt.root, tt.given); got != tt.want {
+				t.Errorf("DevRoot(%s, %q) = %q, want %q", tt.root, tt.given, got, tt.want)
+			}
+		})
+	}
+}
