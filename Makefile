@@ -118,6 +118,7 @@ fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzContainerRoot -fuzztime 15s $(MODULE)/cdi/hook
 	$(GO) test -run '^$$' -fuzz FuzzHookArgs -fuzztime 15s $(MODULE)/cdi/hook
 	$(GO) test -run '^$$' -fuzz FuzzConfDirs -fuzztime 15s $(MODULE)/cdi/ldcache
+	$(GO) test -run '^$$' -fuzz FuzzWrapperTarget -fuzztime 15s $(MODULE)/cdi/driver
 	$(GO) test -run '^$$' -fuzz FuzzReadELF -fuzztime 15s $(MODULE)/cdi/ldcache
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCheckpoint -fuzztime 15s $(MODULE)/gpunode/health
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/dra/internal/claimconfig

@@ -140,7 +140,7 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.NVML, "nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
-	fs.StringVar(&c.DevRoot, "dev-root", "", "the directory whose dev/ holds the GPUs' device nodes, as this process sees it (default: --driver-root when it is a whole system root, with usr/; else /, as for a driver directory such as /home/kubernetes/bin/nvidia)")
+	fs.StringVar(&c.DevRoot, "dev-root", "", "the directory whose dev/ holds the GPUs' device nodes, as this process sees it (default: --driver-root when it is a whole system root, with usr/bin or usr/lib; else /, as for a driver directory such as /home/kubernetes/bin/nvidia)")
 	fs.StringVar(&c.HookBinary, "hook-binary", "", "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", contract.CDISpecDir, "where the node's CDI spec for the published GPUs is written")
 	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")

@@ -162,12 +162,16 @@ func DriverVersion(root string) (v Version, ok bool, err error) {
 }
 
 // IsSystemRoot reports whether root is a whole system's root file system
-// (it has usr/: the host's /, a GPU Operator driver container's
-// /run/nvidia/driver) rather than a directory holding only the driver
-// (/usr/local/nvidia, GKE's /home/kubernetes/bin/nvidia).
+// (it has usr/bin or usr/lib: the host's /, a GPU Operator driver
+// container's /run/nvidia/driver) rather than a directory holding only the
+// driver (/usr/local/nvidia, GKE's /home/kubernetes/bin/nvidia).
 func IsSystemRoot(root string) bool {
-	_, fi, err := Stat(root, "/usr")
-	return err == nil && fi.IsDir()
+	for _, d := range []string{"/usr/bin", "/usr/lib"} {
+		if _, fi, err := Stat(root, d); err == nil && fi.IsDir() {
+			return true
+		}
+	}
+	return false
 }
 
 // DevRoot is the directory whose dev/ holds the GPUs' device nodes: given
@@ -180,4 +184,22 @@ func DevRoot(root, given string) string {
 		return root
 	}
 	return "/"
+}
+
+// FS returns root as an fs.FS whose names are resolved inside root
+// (Resolve): an absolute link in the root's /etc/ld.so.conf.d leads into
+// the root, never to the host's file of that name.
+func FS(root string) fs.FS { return rootFS(root) }
+
+type rootFS string
+
+func (r rootFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	p, err := Resolve(string(r), "/"+name)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return os.Open(filepath.Join(string(r), p))
 }

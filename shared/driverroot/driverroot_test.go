@@ -156,8 +156,8 @@ func FuzzResolve(f *testing.F) {
 // host's; --dev-root wins.
 func TestDevRoot(t *testing.T) {
 	system := root(t, map[string]string{"/usr/lib/": "dir/"})
-	merged := root(t, map[string]string{"/real-usr/": "dir/", "/usr": "->/real-usr"})
-	driverDir := root(t, map[string]string{"/lib64/libcuda.so.1": "", "/bin/nvidia-smi": ""})
+	merged := root(t, map[string]string{"/real-usr/bin/": "dir/", "/usr": "->/real-usr"})
+	driverDir := root(t, map[string]string{"/lib64/libcuda.so.1": "", "/bin/nvidia-smi": "", "/usr/share/nvinject/x": ""})
 	for _, tt := range []struct {
 		name, root, given, want string
 		system                  bool
@@ -177,5 +177,23 @@ func TestDevRoot(t *testing.T) {
 				t.Errorf("DevRoot(%s, %q) = %q, want %q", tt.root, tt.given, got, tt.want)
 			}
 		})
+	}
+}
+
+// FS follows an absolute link inside the root, not to the host.
+func TestFS(t *testing.T) {
+	r := root(t, map[string]string{"/etc/real.conf": "/opt/lib\n", "/etc/ld.so.conf.d/x.conf": "->/etc/real.conf", "/etc/passwd": "->/etc/real.conf"})
+	for _, name := range []string{"etc/ld.so.conf.d/x.conf", "etc/passwd"} {
+		b, err := fs.ReadFile(driverroot.FS(r), name)
+		if err != nil || string(b) != "/opt/lib\n" {
+			t.Errorf("%s = %q, %v; want the root's file", name, b, err)
+		}
+	}
+	if _, err := fs.ReadFile(driverroot.FS(r), "etc/missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	ents, err := fs.ReadDir(driverroot.FS(r), "etc/ld.so.conf.d")
+	if err != nil || len(ents) != 1 {
+		t.Errorf("ReadDir = %v, %v", ents, err)
 	}
 }
