@@ -51,7 +51,7 @@ gpu-bundle: tools ## the GPU-machine check's bundle (prebuilt binaries, runc, a 
 
 # make gpu-dry-run: the GPU check's --dry-run from the bundle over each driver-root layout
 # (a SIMULATED GPU, NVIDIA's real driver user space), so the check cannot rot; root.
-GPU_DRY_LAYOUTS ?= flat debian
+GPU_DRY_LAYOUTS ?= flat debian usrlocal gke operator rhel
 .PHONY: gpu-dry-run
 gpu-dry-run: gpu-bundle ## check.sh --dry-run from the bundle over each driver-root layout (root)
 	e2e/gpu/dryrun.sh $(GPU_BUNDLE) $(GPU_DRY_LAYOUTS)

@@ -240,7 +240,7 @@ func findLibraries(root, version string) ([]Library, error) {
 		}
 		c := add(file)
 		c.cacheName = append(c.cacheName, e.Name)
-		if e.Path != file {
+		if !alias(root, e.Path, file) {
 			c.lib.Links = append(c.lib.Links, e.Path)
 		}
 		dirs = append(dirs, path.Dir(file), path.Dir(e.Path))
@@ -283,7 +283,7 @@ func findLibraries(root, version string) ([]Library, error) {
 					continue
 				}
 				c := add(file)
-				if p != file {
+				if !alias(root, p, file) {
 					c.lib.Links = append(c.lib.Links, p)
 				}
 			}
@@ -301,6 +301,18 @@ func findLibraries(root, version string) ([]Library, error) {
 		return nil, fmt.Errorf("driver root %s has no libnvidia-ml.so.%s among the libraries of driver %s; reinstall the driver, or rerun `ldconfig -r %s`", root, version, version, root)
 	}
 	return out, nil
+}
+
+// alias reports whether p names file itself or a name in file's own
+// directory reached through a linked directory (a merged-/usr root's
+// /lib/x86_64-linux-gnu): the links made in file's directory cover it, and
+// in an image with the same directory link it is the mounted file itself.
+func alias(root, p, file string) bool {
+	if p == file {
+		return true
+	}
+	dir, err := driverroot.Resolve(root, path.Dir(p))
+	return err == nil && dir == path.Dir(file)
 }
 
 // is32Bit reports whether dir is a 32-bit library directory, whose

@@ -169,3 +169,28 @@ func FuzzWrapperTarget(f *testing.F) {
 		}
 	})
 }
+
+// A merged-/usr root reaches its libraries through /lib -> usr/lib too; that
+// alias is no link of its own (in a merged-/usr image it is the mounted file,
+// and a link made there fails).
+func TestFindMergedUsr(t *testing.T) {
+	root := tree(t, map[string]string{
+		"/lib":                          "->usr/lib",
+		lib + "/libnvidia-ml.so." + ver: "",
+		lib + "/libnvidia-ml.so.1":      "->libnvidia-ml.so." + ver,
+		lib + "/libcuda.so." + ver:      "",
+		"/usr/bin/nvidia-smi":           "elf",
+	})
+	f, err := driver.Find(root, ver, "NVML")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range f.Libraries {
+		if len(l.Links) > 0 || !strings.HasPrefix(l.File, lib+"/") {
+			t.Errorf("library %+v; want it in %s with no links", l, lib)
+		}
+	}
+	if !slices.Equal(f.LibDirs(), []string{lib}) {
+		t.Errorf("LibDirs = %v", f.LibDirs())
+	}
+}
