@@ -19,6 +19,9 @@
 #                 of the two specs puts into a container
 #   4 container   runc runs rootfs/ with nvinject's CDI device injected (as containerd
 #                 does): nvidia-smi -L and the UUID inside must be the injected GPU's
+#   5 staged      the driver's files (what step 1's spec mounts) copied into an
+#                 operator-style system root, as a GPU Operator driver container has them
+#                 at /run/nvidia/driver; its spec made with --dev-root=/ and step 4 again
 # Exit status: 0 when every step that ran passed, 1 otherwise, 2 for a bad command line.
 set -uo pipefail
 
@@ -28,7 +31,7 @@ WORK=/tmp/nvinject-gpucheck
 WATCH=20
 DRY=0
 KEEP=0
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
 	case $1 in
 	--dry-run) DRY=1 ;;
@@ -188,40 +191,70 @@ else
 	fi
 fi
 
+# container NAME SPECDIR: runc runs rootfs/ with the CDI device of SPECDIR injected.
+container() {
+	local name=$1 specdir=$2 bundle=$WORK/bundle-$1
+	mkdir -p "$bundle"
+	cp -a "$B/rootfs" "$bundle/rootfs"
+	# The SIMULATED GPU's UUID query is nvidia-smi-sim (the real nvidia-smi cannot reach a GPU there).
+	((DRY)) && cp "$BIN/nvidia-smi-sim" "$bundle/rootfs/usr/bin/nvidia-smi-sim"
+	local script='echo "-- nvidia-smi -L"; nvidia-smi -L; echo "exit $?"
+echo "-- uuid"; '$UUIDCMD' --query-gpu=uuid --format=csv,noheader; echo "exit $?"
+echo "-- ldconfig -p"; ldconfig -p | grep -E "libcuda|libnvidia-ml"; echo "-- end"'
+	RUNC_ID=nvinject-gpucheck-$name-$$
+	if ! show nvinject-gpucheck oci --cdi-spec-dir "$specdir" --device "nvidia.com/gpu=$UUID" --bundle "$bundle" -- /bin/sh -c "$script"; then
+		result "$name" FAIL "the OCI bundle could not be written (output above)"
+		return
+	fi
+	echo "$ runc --root $WORK/runc run --bundle $bundle $RUNC_ID"
+	LD_LIBRARY_PATH=$B/lib runc --root "$WORK/runc" run --bundle "$bundle" "$RUNC_ID" < /dev/null > "$WORK/$name.log" 2>&1
+	local rrc=$? inside gpus
+	RUNC_ID=
+	sed 's/^/  /' "$WORK/$name.log"
+	inside=$(sed -n '/^-- uuid$/{n;p}' "$WORK/$name.log")
+	gpus=$(sed -n '/^-- nvidia-smi -L$/,/^exit/p' "$WORK/$name.log" | grep -c '^GPU ')
+	if ((DRY)); then
+		if ((rrc == 0)) && [[ $inside == "$UUID" ]] && grep -q "couldn't communicate with the NVIDIA driver" "$WORK/$name.log" && grep -q 'libcuda.so.1 ' "$WORK/$name.log"; then
+			result "$name" PASS "DRY: the real nvidia-smi failed only for want of the kernel driver, ldconfig -p lists libcuda.so.1, nvidia-smi-sim inside reports the injected SIMULATED GPU $UUID"
+		else
+			result "$name" FAIL "DRY: runc exit $rrc; inside: '$inside', injected: $UUID; see the container's output above"
+		fi
+	elif ((rrc == 0)) && [[ $inside == "$UUID" && $gpus == 1 ]]; then
+		result "$name" PASS "the container sees exactly the injected GPU $UUID (nvidia-smi -L lists 1 GPU)"
+	else
+		result "$name" FAIL "runc exit $rrc; inside: '$inside' ($gpus GPUs in nvidia-smi -L), injected: $UUID"
+	fi
+}
+
 # 4 container
 step "4 container: runc with nvinject's CDI device injected"
 if [[ -z $UUID ]]; then
 	result container SKIP "no GPU from step 1"
 else
-	bundle=$WORK/bundle
-	mkdir -p "$bundle"
-	cp -a "$B/rootfs" "$bundle/rootfs"
-	# The SIMULATED GPU's UUID query is nvidia-smi-sim (the real nvidia-smi cannot reach a GPU there).
-	((DRY)) && cp "$BIN/nvidia-smi-sim" "$bundle/rootfs/usr/bin/nvidia-smi-sim"
-	script='echo "-- nvidia-smi -L"; nvidia-smi -L; echo "exit $?"
-echo "-- uuid"; '$UUIDCMD' --query-gpu=uuid --format=csv,noheader; echo "exit $?"
-echo "-- ldconfig -p"; ldconfig -p | grep -E "libcuda|libnvidia-ml"; echo "-- end"'
-	RUNC_ID=nvinject-gpucheck-$$
-	if show nvinject-gpucheck oci --cdi-spec-dir "$WORK/cdi" --device "nvidia.com/gpu=$UUID" --bundle "$bundle" -- /bin/sh -c "$script"; then
-		echo "$ runc --root $WORK/runc run --bundle $bundle $RUNC_ID"
-		LD_LIBRARY_PATH=$B/lib runc --root "$WORK/runc" run --bundle "$bundle" "$RUNC_ID" < /dev/null > "$WORK/container.log" 2>&1
-		rrc=$?
-		sed 's/^/  /' "$WORK/container.log"
-		inside=$(sed -n '/^-- uuid$/{n;p}' "$WORK/container.log")
-		gpus=$(sed -n '/^-- nvidia-smi -L$/,/^exit/p' "$WORK/container.log" | grep -c '^GPU ')
-		if ((DRY)); then
-			if ((rrc == 0)) && [[ $inside == "$UUID" ]] && grep -q "couldn't communicate with the NVIDIA driver" "$WORK/container.log" && grep -q 'libcuda.so.1 ' "$WORK/container.log"; then
-				result container PASS "DRY: the real nvidia-smi failed only for want of the kernel driver, ldconfig -p lists libcuda.so.1, nvidia-smi-sim inside reports the injected SIMULATED GPU $UUID"
-			else
-				result container FAIL "DRY: runc exit $rrc; inside: '$inside', injected: $UUID; see the container's output above"
-			fi
-		elif ((rrc == 0)) && [[ $inside == "$UUID" && $gpus == 1 ]]; then
-			result container PASS "the container sees exactly the injected GPU $UUID (nvidia-smi -L lists 1 GPU)"
-		else
-			result container FAIL "runc exit $rrc; inside: '$inside' ($gpus GPUs in nvidia-smi -L), injected: $UUID"
-		fi
+	container container "$WORK/cdi"
+fi
+
+# 5 staged
+step "5 staged: the driver's files in an operator-style root, --dev-root=/"
+if [[ -z $UUID ]]; then
+	result staged SKIP "no GPU from step 1"
+else
+	# Every file step 1's spec mounts, copied to its path in the container: a system root
+	# holding the driver as a GPU Operator driver container does (/run/nvidia/driver).
+	staged=$WORK/staged
+	mkdir -p "$staged/usr/bin" "$staged/etc" "$WORK/cdi-staged"
+	awk '$1 == "-" && $2 == "containerPath:" { c = $3 } $1 == "hostPath:" && c != "" { print c, $2; c = "" }' "$WORK/cdi/nvinject.yaml" |
+		while read -r ctr src; do
+			[[ -f $src ]] || continue
+			install -D -m "$(stat -c %a "$src")" "$src" "$staged$ctr"
+		done
+	find "$staged" -name '*.so.*' -printf '/%P\n' | xargs -r -n1 dirname | sort -u > "$staged/etc/ld.so.conf"
+	ldconfig -r "$staged" 2>/dev/null || echo "  (no ldconfig -r here: the staged root has no ld.so.cache; nvinject scans its directories)"
+	echo "  staged $(find "$staged" -type f | wc -l) files in $staged ($(du -sh "$staged" | cut -f1))"
+	if show nvinject-cdi generate --nvml="$NVML" --driver-root="$staged" --dev-root=/ --hook-binary="$HOOK" --output="$WORK/cdi-staged/nvinject.yaml"; then
+		container staged "$WORK/cdi-staged"
 	else
-		result container FAIL "the OCI bundle could not be written (output above)"
+		result staged FAIL "nvinject-cdi generate over the staged root failed (output above)"
 	fi
 fi
 
