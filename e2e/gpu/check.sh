@@ -22,6 +22,9 @@
 #   5 staged      the driver's files (what step 1's spec mounts) copied into an
 #                 operator-style system root, as a GPU Operator driver container has them
 #                 at /run/nvidia/driver; its spec made with --dev-root=/ and step 4 again
+#   6 cuda        cuda-check (driver API, a PTX SAXPY kernel, every element compared) on
+#                 the host and in the container given step 1's device: exact, and the
+#                 container's bandwidth over the host's
 # Exit status: 0 when every step that ran passed, 1 otherwise, 2 for a bad command line.
 set -uo pipefail
 
@@ -31,7 +34,7 @@ WORK=/tmp/nvinject-gpucheck
 WATCH=20
 DRY=0
 KEEP=0
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
 	case $1 in
 	--dry-run) DRY=1 ;;
@@ -191,26 +194,42 @@ else
 	fi
 fi
 
-# container NAME SPECDIR: runc runs rootfs/ with the CDI device of SPECDIR injected.
-container() {
-	local name=$1 specdir=$2 bundle=$WORK/bundle-$1
+# in_container NAME SPECDIR SCRIPT: runc runs SCRIPT in rootfs/ (with nvidia-smi-sim and
+# cuda-check added) with the CDI device of SPECDIR injected; its output goes to
+# WORK/NAME.log and is shown, its exit status is returned (125: no bundle).
+in_container() {
+	local name=$1 specdir=$2 script=$3 bundle=$WORK/bundle-$1 rc
 	mkdir -p "$bundle"
 	cp -a "$B/rootfs" "$bundle/rootfs"
 	# The SIMULATED GPU's UUID query is nvidia-smi-sim (the real nvidia-smi cannot reach a GPU there).
 	((DRY)) && cp "$BIN/nvidia-smi-sim" "$bundle/rootfs/usr/bin/nvidia-smi-sim"
-	local script='echo "-- nvidia-smi -L"; nvidia-smi -L; echo "exit $?"
-echo "-- uuid"; '$UUIDCMD' --query-gpu=uuid --format=csv,noheader; echo "exit $?"
-echo "-- ldconfig -p"; ldconfig -p | grep -E "libcuda|libnvidia-ml"; echo "-- end"'
+	cp "$BIN/cuda-check" "$bundle/rootfs/usr/bin/cuda-check"
 	RUNC_ID=nvinject-gpucheck-$name-$$
 	if ! show nvinject-gpucheck oci --cdi-spec-dir "$specdir" --device "nvidia.com/gpu=$UUID" --bundle "$bundle" -- /bin/sh -c "$script"; then
-		result "$name" FAIL "the OCI bundle could not be written (output above)"
-		return
+		RUNC_ID=
+		return 125
 	fi
 	echo "$ runc --root $WORK/runc run --bundle $bundle $RUNC_ID"
 	LD_LIBRARY_PATH=$B/lib runc --root "$WORK/runc" run --bundle "$bundle" "$RUNC_ID" < /dev/null > "$WORK/$name.log" 2>&1
-	local rrc=$? inside gpus
+	rc=$?
 	RUNC_ID=
 	sed 's/^/  /' "$WORK/$name.log"
+	return "$rc"
+}
+
+# container NAME SPECDIR: nvidia-smi, the UUID and ldconfig -p in a container given
+# SPECDIR's device.
+container() {
+	local name=$1 specdir=$2 rrc inside gpus
+	local script='echo "-- nvidia-smi -L"; nvidia-smi -L; echo "exit $?"
+echo "-- uuid"; '$UUIDCMD' --query-gpu=uuid --format=csv,noheader; echo "exit $?"
+echo "-- ldconfig -p"; ldconfig -p | grep -E "libcuda|libnvidia-ml"; echo "-- end"'
+	in_container "$name" "$specdir" "$script"
+	rrc=$?
+	if ((rrc == 125)); then
+		result "$name" FAIL "the OCI bundle could not be written (output above)"
+		return
+	fi
 	inside=$(sed -n '/^-- uuid$/{n;p}' "$WORK/$name.log")
 	gpus=$(sed -n '/^-- nvidia-smi -L$/,/^exit/p' "$WORK/$name.log" | grep -c '^GPU ')
 	if ((DRY)); then
@@ -255,6 +274,35 @@ else
 		container staged "$WORK/cdi-staged"
 	else
 		result staged FAIL "nvinject-cdi generate over the staged root failed (output above)"
+	fi
+fi
+
+# 6 cuda
+step "6 cuda: checked CUDA work (cuda-check) on the host and in the container"
+if [[ -z $UUID ]]; then
+	result cuda SKIP "no GPU from step 1"
+elif ((DRY)); then
+	in_container cuda "$WORK/cdi" 'cuda-check; echo "exit $?"'
+	if grep -q '^cuInit: 100 CUDA_ERROR_NO_DEVICE' "$WORK/cuda.log" && grep -q '^exit 3' "$WORK/cuda.log"; then
+		result cuda PASS "DRY: cuda-check loaded the injected libcuda and cuInit returned 100 (no device), as without the kernel module"
+	else
+		result cuda FAIL "DRY: cuda-check in the container did not reach cuInit's no-device answer (output above)"
+	fi
+else
+	echo "$ cuda-check   (on the host)"
+	cuda-check > "$WORK/cuda-host.log" 2>&1
+	hrc=$?
+	sed 's/^/  /' "$WORK/cuda-host.log"
+	in_container cuda "$WORK/cdi" cuda-check
+	crc=$?
+	bw() { sed -n 's/^saxpy bandwidth: \([0-9.]*\) GB\/s.*/\1/p' "$1"; }
+	host_bw=$(bw "$WORK/cuda-host.log")
+	ctr_bw=$(bw "$WORK/cuda.log")
+	if ((hrc == 0 && crc == 0)) && [[ -n $host_bw && -n $ctr_bw ]]; then
+		ratio=$(awk -v c="$ctr_bw" -v h="$host_bw" 'BEGIN { printf "%.3f", c / h }')
+		result cuda PASS "SAXPY exact on the host and in the container; bandwidth $ctr_bw GB/s in the container vs $host_bw on the host (ratio $ratio)"
+	else
+		result cuda FAIL "cuda-check exit $hrc on the host, $crc in the container (output above)"
 	fi
 fi
 
