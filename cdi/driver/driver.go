@@ -146,10 +146,20 @@ func Find(root, version, source string) (Files, error) {
 	if source == "" {
 		source = "NVML"
 	}
-	if err := checkVersion(root, version, source); err != nil {
+	entries, conf, err := loaderConfig(root)
+	if err != nil {
 		return Files{}, err
 	}
-	libs, err := findLibraries(root, version)
+	versionDirs := slices.Clone(conf)
+	for _, e := range entries {
+		if e.Name == "libnvidia-ml.so.1" || e.Name == "libcuda.so.1" {
+			versionDirs = append(versionDirs, path.Dir(e.Path))
+		}
+	}
+	if err := checkVersion(root, version, source, versionDirs); err != nil {
+		return Files{}, err
+	}
+	libs, err := findLibraries(root, version, entries, conf)
 	if err != nil {
 		return Files{}, err
 	}
@@ -181,8 +191,8 @@ func Find(root, version, source string) (Files, error) {
 }
 
 // checkVersion refuses a root that holds another driver than version.
-func checkVersion(root, version, source string) error {
-	have, ok, err := driverroot.DriverVersion(root)
+func checkVersion(root, version, source string, dirs []string) error {
+	have, ok, err := driverroot.DriverVersionIn(root, dirs)
 	if err != nil {
 		return err
 	}
@@ -205,19 +215,28 @@ type candidate struct {
 	cacheName []string
 }
 
-func findLibraries(root, version string) ([]Library, error) {
+// loaderConfig reads the root's ld.so.cache (none in a driver directory)
+// and the directories its ld.so.conf lists.
+func loaderConfig(root string) ([]ldcache.Entry, []string, error) {
 	cachePath := filepath.Join(root, "etc/ld.so.cache")
 	var entries []ldcache.Entry
 	switch data, err := os.ReadFile(cachePath); {
 	case errors.Is(err, fs.ErrNotExist):
-		// A driver directory has no loader cache; its directories are scanned.
 	case err != nil:
-		return nil, fmt.Errorf("read %s: %w; make it readable or run `ldconfig -r %s`", cachePath, err, root)
+		return nil, nil, fmt.Errorf("read %s: %w; make it readable or run `ldconfig -r %s`", cachePath, err, root)
 	default:
 		if entries, err = ldcache.Parse(data); err != nil {
-			return nil, fmt.Errorf("parse %s: %w; regenerate it with `ldconfig -r %s`", cachePath, err, root)
+			return nil, nil, fmt.Errorf("parse %s: %w; regenerate it with `ldconfig -r %s`", cachePath, err, root)
 		}
 	}
+	conf, err := ldcache.ConfDirs(driverroot.FS(root))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the loader configuration of driver root %s: %w; trim its /etc/ld.so.conf and ld.so.conf.d", root, err)
+	}
+	return entries, conf, nil
+}
+
+func findLibraries(root, version string, entries []ldcache.Entry, conf []string) ([]Library, error) {
 	suffix := ".so." + version
 	byFile := map[string]*candidate{}
 	add := func(file string) *candidate {
@@ -244,10 +263,6 @@ func findLibraries(root, version string) ([]Library, error) {
 			c.lib.Links = append(c.lib.Links, e.Path)
 		}
 		dirs = append(dirs, path.Dir(file), path.Dir(e.Path))
-	}
-	conf, err := ldcache.ConfDirs(driverroot.FS(root))
-	if err != nil {
-		return nil, fmt.Errorf("read the loader configuration of driver root %s: %w; trim its /etc/ld.so.conf and ld.so.conf.d", root, err)
 	}
 	dirs = append(dirs, conf...)
 	dirs = append(dirs, driverroot.LibDirs...)

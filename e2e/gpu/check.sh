@@ -270,7 +270,10 @@ else
 	find "$staged" -name '*.so.*' -printf '/%P\n' | xargs -r -n1 dirname | sort -u > "$staged/etc/ld.so.conf"
 	ldconfig -r "$staged" 2>/dev/null || echo "  (no ldconfig -r here: the staged root has no ld.so.cache; nvinject scans its directories)"
 	echo "  staged $(find "$staged" -type f | wc -l) files in $staged ($(du -sh "$staged" | cut -f1))"
-	if show nvinject-cdi generate --nvml="$NVML" --driver-root="$staged" --dev-root=/ --hook-binary="$HOOK" --output="$WORK/cdi-staged/nvinject.yaml"; then
+	snvml=$NVML
+	# The SIMULATED driver follows the root's; a staged root holds the one step 1 used.
+	((DRY)) && snvml=$NVML,driver=$ver
+	if show nvinject-cdi generate --nvml="$snvml" --driver-root="$staged" --dev-root=/ --hook-binary="$HOOK" --output="$WORK/cdi-staged/nvinject.yaml"; then
 		container staged "$WORK/cdi-staged"
 	else
 		result staged FAIL "nvinject-cdi generate over the staged root failed (output above)"

@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -124,8 +125,15 @@ func ValidVersion(v string) bool { return versionRE.MatchString(v) }
 // libcuda.so.1) resolves to inside root, else the one libnvidia-ml.so.<ver>
 // file in LibDirs. ok is false when root holds no NVIDIA driver.
 func DriverVersion(root string) (v Version, ok bool, err error) {
+	return DriverVersionIn(root, nil)
+}
+
+// DriverVersionIn is DriverVersion looking in dirs (the root's own library
+// directories: its ld.so.conf's, its ld.so.cache's) before LibDirs.
+func DriverVersionIn(root string, dirs []string) (v Version, ok bool, err error) {
+	dirs = append(slices.Clip(dirs), LibDirs...)
 	for _, lib := range []string{"libnvidia-ml.so", "libcuda.so"} {
-		for _, d := range LibDirs {
+		for _, d := range dirs {
 			r, fi, err := Stat(root, path.Join(d, lib+".1"))
 			if err != nil || !fi.Mode().IsRegular() {
 				continue
@@ -136,8 +144,14 @@ func DriverVersion(root string) (v Version, ok bool, err error) {
 		}
 	}
 	var found []Version
-	for _, d := range LibDirs {
-		matches, err := filepath.Glob(filepath.Join(root, d, "libnvidia-ml.so.*.*"))
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		real, err := Resolve(root, d)
+		if err != nil || seen[real] {
+			continue
+		}
+		seen[real] = true
+		matches, err := filepath.Glob(filepath.Join(root, real, "libnvidia-ml.so.*.*"))
 		if err != nil {
 			return Version{}, false, err
 		}

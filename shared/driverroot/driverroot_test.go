@@ -197,3 +197,19 @@ func TestFS(t *testing.T) {
 		t.Errorf("ReadDir = %v, %v", ents, err)
 	}
 }
+
+// DriverVersionIn also looks in the root's own library directories, and a
+// directory reached twice (merged-/usr's /lib) counts once.
+func TestDriverVersionIn(t *testing.T) {
+	own := root(t, map[string]string{"/opt/nv/libnvidia-ml.so.535.261.03": ""})
+	if _, ok, err := driverroot.DriverVersion(own); ok || err != nil {
+		t.Errorf("DriverVersion found a driver outside LibDirs (%v)", err)
+	}
+	if v, ok, err := driverroot.DriverVersionIn(own, []string{"/opt/nv"}); !ok || err != nil || v.Version != "535.261.03" {
+		t.Errorf("DriverVersionIn = %+v, %v, %v; want 535.261.03", v, ok, err)
+	}
+	merged := root(t, map[string]string{"/lib": "->usr/lib", lib + "/libnvidia-ml.so.550.163.01": ""})
+	if v, ok, err := driverroot.DriverVersion(merged); !ok || err != nil || v.Version != "550.163.01" {
+		t.Errorf("merged-/usr DriverVersion = %+v, %v, %v; want 550.163.01 once", v, ok, err)
+	}
+}
