@@ -150,13 +150,7 @@ func Find(root, version, source string) (Files, error) {
 	if err != nil {
 		return Files{}, err
 	}
-	versionDirs := slices.Clone(conf)
-	for _, e := range entries {
-		if e.Name == "libnvidia-ml.so.1" || e.Name == "libcuda.so.1" {
-			versionDirs = append(versionDirs, path.Dir(e.Path))
-		}
-	}
-	if err := checkVersion(root, version, source, versionDirs); err != nil {
+	if err := checkVersion(root, version, source, versionDirs(entries, conf)); err != nil {
 		return Files{}, err
 	}
 	libs, err := findLibraries(root, version, entries, conf)
@@ -188,6 +182,28 @@ func Find(root, version, source string) (Files, error) {
 		f.SimulatedFacts = r
 	}
 	return f, nil
+}
+
+// Installed reads the version of the driver installed in root, looking
+// where Find looks for its libraries: the root's ld.so.cache and
+// ld.so.conf directories as well as the distributions'.
+func Installed(root string) (driverroot.Version, bool, error) {
+	entries, conf, err := loaderConfig(root)
+	if err != nil {
+		return driverroot.Version{}, false, err
+	}
+	return driverroot.DriverVersionIn(root, versionDirs(entries, conf))
+}
+
+// versionDirs are the root's own directories of NVML and libcuda.
+func versionDirs(entries []ldcache.Entry, conf []string) []string {
+	dirs := slices.Clone(conf)
+	for _, e := range entries {
+		if e.Name == "libnvidia-ml.so.1" || e.Name == "libcuda.so.1" {
+			dirs = append(dirs, path.Dir(e.Path))
+		}
+	}
+	return dirs
 }
 
 // checkVersion refuses a root that holds another driver than version.

@@ -194,3 +194,15 @@ func TestFindMergedUsr(t *testing.T) {
 		t.Errorf("LibDirs = %v", f.LibDirs())
 	}
 }
+
+// Installed finds a driver kept only in a directory the root's ld.so.conf
+// lists, as Find does; the distributions' directories alone would not.
+func TestInstalled(t *testing.T) {
+	root := tree(t, map[string]string{
+		"/etc/ld.so.conf":                        "/opt/nvidia/lib\n",
+		"/opt/nvidia/lib/libnvidia-ml.so." + ver: "",
+	})
+	if v, ok, err := driver.Installed(root); !ok || err != nil || v.Version != ver {
+		t.Errorf("Installed = %+v, %v, %v; want %s", v, ok, err, ver)
+	}
+}
