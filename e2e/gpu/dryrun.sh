@@ -16,7 +16,14 @@ trap 'rm -rf "$work"' EXIT
 tar -C "$work" -xzf "$bundle"
 failed=()
 for layout in "$@"; do
-	root=$(DRIVER_LAYOUT=$layout "$here/../driverroot/build.sh" | tail -1)
+	rc=0
+	root=$(DRIVER_LAYOUT=$layout "$here/../driverroot/build.sh" | tail -1) || rc=$?
+	if ((rc == 3)); then
+		# Debian's archive is unreachable and the packages are not cached: no real root.
+		echo "gpu-dry-run: $layout SKIP (no real driver root: Debian's archive is unreachable)"
+		continue
+	fi
+	((rc == 0)) || { echo "gpu-dry-run: building the $layout driver root failed (exit $rc)" >&2; exit 1; }
 	start=$SECONDS
 	if "$work/nvinject-gpu/check.sh" --dry-run --driver-root "$root" --watch 4 --work "$work/check" > "$work/$layout.log" 2>&1; then
 		echo "gpu-dry-run: $layout PASS ($((SECONDS - start))s)"
