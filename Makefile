@@ -95,6 +95,7 @@ test: tools helm kwok build sim-images ## unit, integration and local-node tests
 	NVINJECT_BIN=$(EQUIPMENT) NVINJECT_SHIPPED_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
 	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/
+	$(MAKE) --no-print-directory gpu-dry-run
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nvinject/staticcheck-$(STATICCHECK_VERSION)/staticcheck
@@ -146,6 +147,7 @@ fuzz: ## run each fuzz target briefly
 	$(GO) test -run '^$$' -fuzz FuzzContainerRoot -fuzztime 15s $(MODULE)/cdi/hook
 	$(GO) test -run '^$$' -fuzz FuzzHookArgs -fuzztime 15s $(MODULE)/cdi/hook
 	$(GO) test -run '^$$' -fuzz FuzzConfDirs -fuzztime 15s $(MODULE)/cdi/ldcache
+	$(GO) test -run '^$$' -fuzz FuzzWrapperTarget -fuzztime 15s $(MODULE)/cdi/driver
 	$(GO) test -run '^$$' -fuzz FuzzReadELF -fuzztime 15s $(MODULE)/cdi/ldcache
 	$(GO) test -run '^$$' -fuzz FuzzDecodeCheckpoint -fuzztime 15s $(MODULE)/gpunode/health
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 15s $(MODULE)/dra/internal/claimconfig

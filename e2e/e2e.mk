@@ -48,3 +48,10 @@ GPU_BUNDLE ?= $(CURDIR)/_out/gpu-bundle.tar.gz
 gpu-bundle: tools ## the GPU-machine check's bundle (prebuilt binaries, runc, a tiny rootfs), at most 60 MiB
 	GO=$(GO) LDFLAGS='$(LDFLAGS)' NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_NVCTK_BIN=$$($(NVINJECT_E2E_DIR)/nvctk/build.sh --print-bin) \
 		e2e/gpu/bundle.sh $(GPU_BUNDLE)
+
+# make gpu-dry-run: the GPU check's --dry-run from the bundle over each driver-root layout
+# (a SIMULATED GPU, NVIDIA's real driver user space), so the check cannot rot; root.
+GPU_DRY_LAYOUTS ?= flat debian usrlocal gke operator rhel
+.PHONY: gpu-dry-run
+gpu-dry-run: gpu-bundle ## check.sh --dry-run from the bundle over each driver-root layout (root)
+	e2e/gpu/dryrun.sh $(GPU_BUNDLE) $(GPU_DRY_LAYOUTS)

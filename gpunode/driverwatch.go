@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/nvinject/nvinject/shared/driverroot"
+	"github.com/nvinject/nvinject/cdi/driver"
 	"github.com/nvinject/nvinject/shared/logging"
 )
 
@@ -33,7 +33,7 @@ func (n *Node) watchDriver(ctx context.Context, gpus GPUs) error {
 	if n.cfg.DriverCheck <= 0 || n.cfg.DriverRoot == "" || served == "" {
 		return nil
 	}
-	if _, ok, _ := driverroot.DriverVersion(n.cfg.DriverRoot); !ok {
+	if _, ok, _ := driver.Installed(n.cfg.DriverRoot); !ok {
 		// A root without a driver's libraries (NVML from elsewhere) has no version to follow.
 		return nil
 	}
@@ -46,7 +46,7 @@ func (n *Node) watchDriver(ctx context.Context, gpus GPUs) error {
 			return nil
 		case <-t.C:
 		}
-		v, ok, err := driverroot.DriverVersion(n.cfg.DriverRoot)
+		v, ok, err := driver.Installed(n.cfg.DriverRoot)
 		switch {
 		case err != nil:
 			// Mid-upgrade a root can hold both drivers for a moment.

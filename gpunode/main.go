@@ -16,6 +16,7 @@ import (
 // embed nodeconfig.Config, which has Logger.
 type Settings interface {
 	Attrs() []any
+	Warnings() []string
 	Logger(stderr io.Writer) (*slog.Logger, error)
 }
 
@@ -51,6 +52,9 @@ func start[C Settings](ctx context.Context, name string, args []string, getenv f
 		return cli.UsageError{Err: err}
 	}
 	log.Info("effective configuration", cfg.Attrs()...)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	if err := run(ctx, cfg, log, node...); err != nil {
 		log.Error(name+" failed", logging.Err(err))
 		return err

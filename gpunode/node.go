@@ -296,7 +296,7 @@ func (n *Node) serveNVML(ctx context.Context, serve Serve) error {
 // A nil backend with a nil error means ctx ended while waiting.
 func (n *Node) openNVML(ctx context.Context) (*backend.Backend, error) {
 	for {
-		b, err := n.open(n.cfg.NVML, backend.Options{DriverRoot: n.cfg.DriverRoot, Logger: n.log})
+		b, err := n.open(n.cfg.NVML, backend.Options{DriverRoot: n.cfg.DriverRoot, DevRoot: n.cfg.DevRoot, Logger: n.log})
 		if err == nil {
 			return b, nil
 		}

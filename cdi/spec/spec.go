@@ -348,8 +348,9 @@ func (g *Generator) commonEdits(n gpu.Node, f driver.Files) specs.ContainerEdits
 		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: path.Join(g.hostDriverRoot, source), ContainerPath: ctr, Options: opts})
 	}
 	var links []string
+	in := f.InContainer
 	for _, l := range f.Libraries {
-		mount(l.File, l.File, mountOpts)
+		mount(l.File, in(l.File), mountOpts)
 		named := []string{}
 		if l.Soname != "" {
 			named = append(named, path.Join(l.Dir(), l.Soname))
@@ -361,22 +362,22 @@ func (g *Generator) commonEdits(n gpu.Node, f driver.Files) specs.ContainerEdits
 		if g.hookBinary == "" {
 			// Without a hook program the links become bind mounts of the file.
 			for _, p := range named {
-				mount(l.File, p, mountOpts)
+				mount(l.File, in(p), mountOpts)
 			}
 			continue
 		}
 		if l.Soname != "" {
-			links = append(links, path.Base(l.File)+"::"+path.Join(l.Dir(), l.Soname))
+			links = append(links, path.Base(l.File)+"::"+in(path.Join(l.Dir(), l.Soname)))
 		}
 		if l.DevLink != "" {
 			target := l.Soname
 			if target == "" {
 				target = path.Base(l.File)
 			}
-			links = append(links, target+"::"+path.Join(l.Dir(), l.DevLink))
+			links = append(links, target+"::"+in(path.Join(l.Dir(), l.DevLink)))
 		}
 		for _, p := range l.Links {
-			links = append(links, l.File+"::"+p)
+			links = append(links, in(l.File)+"::"+in(p))
 		}
 	}
 	for _, b := range f.Binaries {

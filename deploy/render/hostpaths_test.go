@@ -121,6 +121,18 @@ func TestHelmHostPathValues(t *testing.T) {
 			dp + "/device-plugin arg 4": "--host-driver-root=/run/nvidia/driver",
 			dra + "/dra arg 5":          "--host-driver-root=/run/nvidia/driver",
 		}},
+		{"dev root", map[string]any{"driverRoot": "/home/kubernetes/bin/nvidia", "devRoot": "/"}, map[string]string{
+			dp + " volume driver-root":           "/home/kubernetes/bin/nvidia Directory",
+			dra + " volume driver-root":          "/home/kubernetes/bin/nvidia Directory",
+			dp + "/device-plugin arg 4":          "--host-driver-root=/home/kubernetes/bin/nvidia",
+			dra + "/dra arg 5":                   "--host-driver-root=/home/kubernetes/bin/nvidia",
+			dp + " volume dev-root":              "/ Directory",
+			dra + " volume dev-root":             "/ Directory",
+			dp + "/device-plugin mount dev-root": "/dev-root",
+			dra + "/dra mount dev-root":          "/dev-root",
+			dp + "/device-plugin arg 12":         "--dev-root=/dev-root",
+			dra + "/dra arg 13":                  "--dev-root=/dev-root",
+		}},
 		{"CDI hook dir", map[string]any{"cdiHookDir": "/opt/nvinject/bin"}, map[string]string{
 			dp + " volume cdi-hook":                  "/opt/nvinject/bin DirectoryOrCreate",
 			dra + " volume cdi-hook":                 "/opt/nvinject/bin DirectoryOrCreate",

@@ -4,7 +4,7 @@
 # machines without a GPU. Loading the libraries works; cuInit returns CUDA_ERROR_NO_DEVICE
 # and nvmlInit NVML_ERROR_DRIVER_NOT_LOADED (see /work/shared/notes/real-driver.md).
 #
-#   e2e/driverroot/build.sh [--version V] [--layout debian|flat]   build if missing, print the root last
+#   e2e/driverroot/build.sh [--version V] [--layout LAYOUT]   build if missing, print the root last
 #   e2e/driverroot/build.sh [--version V] [--layout L] --print-root   print the root's path only
 #
 # DRIVER_VERSION (default 535.261.03) picks the driver when --version is not given:
@@ -20,6 +20,21 @@
 #   flat    as NVIDIA's .run installer lays it out: libraries in usr/lib/x86_64-linux-gnu
 #           with relative soname links, binaries in usr/bin, firmware in
 #           lib/firmware/nvidia/<version>/.
+#   usrlocal  the driver in its own directory, usr/local/nvidia/{lib64,bin,firmware}
+#           (lib -> lib64), as on GKE-style nodes and the H200 host of
+#           /work/shared/notes/gpu-machine.md: usr/lib/libcuda.so{,.1} and
+#           libnvidia-ml.so{,.1} absolute links into it, usr/bin/nvidia-smi a /bin/sh
+#           wrapper that execs usr/local/nvidia/bin/nvidia-smi, etc/ld.so.conf.d/nvidia.conf
+#           listing usr/local/nvidia/lib64 and lib.
+#   gke     a driver directory and nothing else (GKE's /home/kubernetes/bin/nvidia):
+#           lib64/, bin/, firmware/nvidia/<version>/ at the top; no etc/, no ld.so.cache.
+#   operator  a GPU Operator driver container's root (/run/nvidia/driver): the flat
+#           layout in a merged-/usr system root (lib -> usr/lib), with dev/ and
+#           run/nvidia-persistenced/ as the driver container has them.
+#   rhel    RHEL's: libraries in usr/lib64, binaries in usr/bin, firmware in
+#           usr/lib/firmware/nvidia/<version>/, lib -> usr/lib and lib64 -> usr/lib64;
+#           etc/ld.so.conf.d lists /usr/lib64 (RHEL's ldconfig trusts it built in,
+#           Debian's, which builds the cache here, does not).
 #
 # The packages are fetched with a PRIVATE apt configuration (own sources, lists and
 # cache; the host's Debian mirror URI with the non-free, non-free-firmware and contrib
@@ -45,7 +60,8 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 LIBDIR=usr/lib/x86_64-linux-gnu
 EXIT_UNAVAILABLE=3
 
-usage() { echo "usage: $0 [--version 535.261.03|550.163.01] [--layout debian|flat] [--print-root]" >&2; exit 2; }
+LAYOUTS="debian|flat|usrlocal|gke|operator|rhel"
+usage() { echo "usage: $0 [--version 535.261.03|550.163.01] [--layout $LAYOUTS] [--print-root]" >&2; exit 2; }
 
 DRIVER_VERSION=${DRIVER_VERSION:-535.261.03}
 layout=${DRIVER_LAYOUT:-flat}
@@ -54,15 +70,15 @@ while (($#)); do
 	case $1 in
 	--version) DRIVER_VERSION=${2:?--version needs 535.261.03 or 550.163.01}; shift 2 ;;
 	--version=*) DRIVER_VERSION=${1#--version=}; shift ;;
-	--layout) layout=${2:?--layout needs debian or flat}; shift 2 ;;
+	--layout) layout=${2:?--layout needs one of $LAYOUTS}; shift 2 ;;
 	--layout=*) layout=${1#--layout=}; shift ;;
 	--print-root) print_only=1; shift ;;
 	*) usage ;;
 	esac
 done
 case $layout in
-debian | flat) ;;
-*) echo "driver root: unknown layout '$layout' (DRIVER_LAYOUT=debian or flat)" >&2; exit 2 ;;
+debian | flat | usrlocal | gke | operator | rhel) ;;
+*) echo "driver root: unknown layout '$layout' (DRIVER_LAYOUT=$LAYOUTS)" >&2; exit 2 ;;
 esac
 
 # Per version: SUITES; FIRMWARE, where firmware-nvidia-gsp puts nvidia/<version>/;
@@ -360,11 +376,70 @@ flatten() {
 	done
 }
 
+# usrlocal moves the flat root's driver into usr/local/nvidia and leaves links and a
+# wrapper script at the public names, as the H200 host had them.
+usrlocal() {
+	local r=$1 nv=$1/usr/local/nvidia f
+	mkdir -p "$nv/lib64" "$nv/bin" "$nv/firmware" "$r/usr/lib" "$r/etc/ld.so.conf.d"
+	mv "$r/$LIBDIR"/* "$nv/lib64/"
+	ln -s lib64 "$nv/lib"
+	for f in "$r/usr/bin"/*; do mv "$f" "$nv/bin/"; done
+	mv "$r/${FIRMWARE}/nvidia" "$nv/firmware/"
+	for f in libcuda.so libcuda.so.1 libnvidia-ml.so libnvidia-ml.so.1; do
+		ln -s "/usr/local/nvidia/lib64/$f" "$r/usr/lib/$f"
+	done
+	printf '#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi "$@"\n' >"$r/usr/bin/nvidia-smi"
+	chmod 755 "$r/usr/bin/nvidia-smi"
+	printf '/usr/local/nvidia/lib64\n/usr/local/nvidia/lib\n' >"$r/etc/ld.so.conf.d/nvidia.conf"
+	printf 'include /etc/ld.so.conf.d/*.conf\n' >"$r/etc/ld.so.conf"
+}
+
+# gke keeps only the driver directory: lib64/, bin/, firmware/ at the top.
+gke() {
+	local r=$1 d=$2
+	mkdir -p "$d"
+	mv "$r/$LIBDIR" "$d/lib64"
+	mv "$r/usr/bin" "$d/bin"
+	mv "$r/${FIRMWARE}" "$d/firmware"
+	mkdir -p "$d/share"
+	mv "$r/usr/share/nvidia" "$d/share/"
+}
+
+# rhel moves the flat root's libraries to usr/lib64 and makes RHEL's merged-/usr links.
+rhel() {
+	local r=$1
+	mkdir -p "$r/usr/lib64" "$r/usr/lib/firmware" "$r/etc/ld.so.conf.d"
+	mv "$r/$LIBDIR"/* "$r/usr/lib64/"
+	rmdir "$r/$LIBDIR"
+	if [[ $FIRMWARE == lib/firmware ]]; then
+		mv "$r/lib/firmware/nvidia" "$r/usr/lib/firmware/"
+		rmdir "$r/lib/firmware" "$r/lib"
+	fi
+	ln -s usr/lib "$r/lib"
+	ln -s usr/lib64 "$r/lib64"
+	printf '/usr/lib64\n' >"$r/etc/ld.so.conf.d/rhel-lib64.conf"
+	printf 'include ld.so.conf.d/*.conf\n' >"$r/etc/ld.so.conf"
+}
+
+# operator puts the flat layout in a merged-/usr system root as the GPU Operator's driver
+# container has it.
+operator() {
+	local r=$1
+	if [[ $FIRMWARE == lib/firmware ]]; then
+		mkdir -p "$r/usr/lib/firmware"
+		mv "$r/lib/firmware/nvidia" "$r/usr/lib/firmware/"
+		rmdir "$r/lib/firmware" "$r/lib"
+	fi
+	ln -s usr/lib "$r/lib"
+	mkdir -p "$r/dev" "$r/run/nvidia-persistenced" "$r/usr/sbin"
+}
+
 # unversioned soname links missing from the packages are made by ldconfig below, as on a
-# real system (dpkg's ldconfig trigger, NVIDIA's installer).
+# real system (dpkg's ldconfig trigger, NVIDIA's installer). A root with its own
+# etc/ld.so.conf keeps it.
 run_ldconfig() {
 	local r=$1
-	printf '%s\n' "/$LIBDIR" >"$r/etc/ld.so.conf"
+	[[ -e $r/etc/ld.so.conf ]] || printf '%s\n' "/$LIBDIR" >"$r/etc/ld.so.conf"
 	# ldconfig -r chroots: root, or a user namespace where we are.
 	if ((EUID == 0)); then
 		ldconfig -r "$r"
@@ -375,7 +450,7 @@ run_ldconfig() {
 }
 
 write_manifest() {
-	local r=$1 m=$1/usr/share/nvinject/driver-root.txt p name version sum
+	local r=$1 m=$1/${2:-usr/share}/nvinject/driver-root.txt p name version sum
 	mkdir -p "${m%/*}"
 	{
 		echo "nvinject test driver root: real NVIDIA driver user space, no kernel module."
@@ -400,20 +475,34 @@ debian)
 	r=$x
 	debian_alternatives "$r"
 	;;
-flat)
+*)
 	r=$stage/flat
 	flatten "$x" "$r"
 	;;
 esac
 # What a merged-/usr host has (base-files makes it, not the driver's packages): /lib/firmware
 # is where NVIDIA's CDI generator looks for the GSP firmware.
-if ((MERGED_USR)); then
+if ((MERGED_USR)) && [[ $layout == debian || $layout == flat || $layout == usrlocal ]]; then
 	[[ ! -e $r/lib ]] || die "$DRIVER_VERSION's packages put files in /lib, but the release is merged-/usr"
 	ln -s usr/lib "$r/lib"
 fi
-mkdir -p "$r/etc"
-run_ldconfig "$r"
-write_manifest "$r"
+case $layout in
+usrlocal) usrlocal "$r" ;;
+rhel) rhel "$r" ;;
+operator) operator "$r" ;;
+gke)
+	gke "$r" "$stage/gke"
+	r=$stage/gke
+	;;
+esac
+if [[ $layout == gke ]]; then
+	# A driver directory has no loader configuration of its own.
+	write_manifest "$r" share
+else
+	mkdir -p "$r/etc"
+	run_ldconfig "$r"
+	write_manifest "$r"
+fi
 mkdir -p "$stage/out"
 mv "$r" "$stage/out/root"
 mv -T "$stage/out" "$out"

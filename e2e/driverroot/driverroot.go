@@ -33,6 +33,15 @@ const (
 	// usr/lib/x86_64-linux-gnu/nvidia/current, public names as absolute links through
 	// /etc/alternatives.
 	Debian = "debian"
+	// UsrLocal keeps the driver in usr/local/nvidia/{lib64,bin,firmware} with links and a
+	// wrapper script at the public names and an ld.so.conf.d entry (a GKE-style host).
+	UsrLocal = "usrlocal"
+	// GKE is a driver directory and nothing else: lib64/, bin/, firmware/ at the top.
+	GKE = "gke"
+	// Operator is a GPU Operator driver container's root (/run/nvidia/driver).
+	Operator = "operator"
+	// RHEL keeps the libraries in usr/lib64.
+	RHEL = "rhel"
 )
 
 // What the roots hold and what they report without a kernel module.
@@ -50,6 +59,9 @@ const (
 
 // Layouts lists every layout Root accepts.
 func Layouts() []string { return []string{Flat, Debian} }
+
+// HostLayouts lists every layout RootOf accepts: Layouts and the real hosts' others.
+func HostLayouts() []string { return []string{Debian, Flat, UsrLocal, GKE, Operator, RHEL} }
 
 // Versions lists every driver version RootOf accepts, oldest first.
 func Versions() []string { return []string{DriverVersion, DriverVersion550} }
@@ -94,8 +106,8 @@ func RootOfWithLog(ctx context.Context, version, layout string, log io.Writer) (
 	if !slices.Contains(Versions(), version) {
 		return "", fmt.Errorf("driver root version %q: want one of %s", version, strings.Join(Versions(), ", "))
 	}
-	if layout != Flat && layout != Debian {
-		return "", fmt.Errorf("driver root layout %q: want %q or %q", layout, Flat, Debian)
+	if !slices.Contains(HostLayouts(), layout) {
+		return "", fmt.Errorf("driver root layout %q: want one of %s", layout, strings.Join(HostLayouts(), ", "))
 	}
 	// --version always: a DRIVER_VERSION in the caller's environment must not pick it.
 	root, err := cachebuild.Run(ctx, script, "build the "+version+" "+layout+" driver root (e2e/driverroot/build.sh)", log, "--version", version, "--layout", layout)
@@ -105,7 +117,12 @@ func RootOfWithLog(ctx context.Context, version, layout string, log io.Writer) (
 	if !filepath.IsAbs(root) {
 		return "", fmt.Errorf("e2e/driverroot/build.sh printed %q, not a path", root)
 	}
-	if _, err := os.Stat(filepath.Join(root, Manifest)); err != nil {
+	manifest := Manifest
+	if layout == GKE {
+		// A driver directory has no usr/.
+		manifest = strings.TrimPrefix(Manifest, "usr/")
+	}
+	if _, err := os.Stat(filepath.Join(root, manifest)); err != nil {
 		return "", fmt.Errorf("driver root %s has no manifest: %w", root, err)
 	}
 	return root, nil

@@ -31,6 +31,8 @@ log "building nvinject-cdi, nvinject-device-plugin (cgo, glibc: NVML is dlopened
 (cd "$repo" && $GO build -ldflags "$ld" -o "$b/bin/" $MODULE/cdi/cmd/nvinject-cdi $MODULE/deviceplugin/cmd/nvinject-device-plugin)
 log "building nvinject-cdi-hook, nvinject-gpucheck, nvidia-smi-sim (static)"
 (cd "$repo" && CGO_ENABLED=0 $GO build -ldflags "$ld" -o "$b/bin/" $MODULE/cdi/cmd/nvinject-cdi-hook $MODULE/e2e/gpu/cmd/nvinject-gpucheck $MODULE/cdi/simulation/cmd/nvidia-smi-sim)
+log "building cuda-check (C, glibc, libcuda dlopened: no CUDA toolkit needed)"
+${CC:-gcc} -O2 -Wall -Wextra -Werror -std=c11 -o "$b/bin/cuda-check" "$here/cudacheck/cuda-check.c" -ldl
 cp "$NVINJECT_TOOLS_BIN/runc" "$b/bin/runc"
 # runc links libseccomp; the GPU machine may not have it.
 while read -r lib; do cp -L "$lib" "$b/lib/"; done < <(ldd "$b/bin/runc" | awk '/libseccomp/ { print $3 }')
@@ -56,7 +58,7 @@ ln -s /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$r/lib64/ld-linux-x86-64.s
 echo /usr/lib/x86_64-linux-gnu > "$r/etc/ld.so.conf"
 file /bin/busybox /sbin/ldconfig | grep -q 'statically linked\|static-pie' || die "busybox and ldconfig must be static (apt-get install busybox-static)"
 
-cp "$here/check.sh" "$here/README.md" "$b/"
+cp "$here/check.sh" "$here/README.md" "$here/cudacheck/cuda-check.c" "$b/"
 {
 	echo "nvinject GPU-machine bundle, version ${VERSION:-dev} revision ${REVISION:-unknown}, built $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
 	echo "glibc programs need glibc >= 2.34 on the GPU machine; rootfs/ carries glibc $(ldd --version | head -1 | awk '{print $NF}')"

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nvinject/nvinject/shared/cli"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/driverroot"
 	"github.com/nvinject/nvinject/shared/gpu/backend"
 	"github.com/nvinject/nvinject/shared/gpu/gpuselect"
 	"github.com/nvinject/nvinject/shared/logging"
@@ -60,6 +61,9 @@ type Config struct {
 	DriverRoot string
 	// HostDriverRoot is DriverRoot's path on the host; CDI specs name host paths.
 	HostDriverRoot string
+	// DevRoot is the directory whose dev/ holds the GPUs' device nodes;
+	// empty: DriverRoot when it is a system root, else /.
+	DevRoot string
 	// HookBinary is the host path of the hook program the CDI spec's
 	// createContainer hooks run; empty for a spec without hooks.
 	HookBinary     string
@@ -105,6 +109,7 @@ type Config struct {
 	NodeLabels bool
 
 	mig, xids string
+	warnings  []string
 	// apiAlways: the binary needs the API server whatever --node-labels says.
 	apiAlways bool
 }
@@ -134,6 +139,7 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.StringVar(&c.NVML, "nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N] for a SIMULATED node")
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the NVIDIA driver's files are, as this process sees them")
 	fs.StringVar(&c.HostDriverRoot, "host-driver-root", "", "the driver root's path on the host, which the CDI spec's mounts name (default: --driver-root)")
+	fs.StringVar(&c.DevRoot, "dev-root", "", "the directory whose dev/ holds the GPUs' device nodes, as this process sees it (default: --driver-root when it is a whole system root, with usr/bin or usr/lib; else /, as for a driver directory such as /home/kubernetes/bin/nvidia)")
 	fs.StringVar(&c.HookBinary, "hook-binary", "", "host path of the CDI hook program (nvinject-cdi-hook, or NVIDIA's nvidia-cdi-hook) the spec's createContainer hooks run: library links, CUDA forward compatibility, ld.so.cache update; empty: no hooks")
 	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", contract.CDISpecDir, "where the node's CDI spec for the published GPUs is written")
 	fs.StringVar(&c.CDIVendor, "cdi-vendor", contract.CDIVendor, "CDI vendor of the GPU devices")
@@ -214,6 +220,9 @@ func (c *Config) Validate() []error {
 	if !filepath.IsAbs(c.CDISpecDir) {
 		errs = append(errs, fmt.Errorf("--cdi-spec-dir=%s is not an absolute path; give the host directory containerd reads CDI specs from (%s)", contract.Quote(c.CDISpecDir), contract.CDISpecDir))
 	}
+	if c.DevRoot != "" && !filepath.IsAbs(c.DevRoot) {
+		errs = append(errs, fmt.Errorf("--dev-root=%s is not an absolute path; give the directory whose dev/ holds /dev/nvidia* (/ on the host)", contract.Quote(c.DevRoot)))
+	}
 	if c.HookBinary != "" && !filepath.IsAbs(c.HookBinary) {
 		errs = append(errs, fmt.Errorf("--hook-binary=%s is not an absolute path; give the hook program's path on the host, such as /var/lib/nvinject/bin/nvinject-cdi-hook", contract.Quote(c.HookBinary)))
 	}
@@ -228,10 +237,16 @@ func (c *Config) Validate() []error {
 	case c.apiAlways:
 		errs = append(errs, errors.New("--node-name is empty; set NODE_NAME from the downward API (fieldRef spec.nodeName)"))
 	case c.NodeLabels:
-		errs = append(errs, errors.New("--node-name is empty, and --node-labels publishes the GPU labels on that Node; set NODE_NAME from the downward API (fieldRef spec.nodeName), or --node-labels=false"))
+		// A command line from before the labels existed keeps working.
+		c.NodeLabels = false
+		c.warnings = append(c.warnings, "--node-name is empty, so the GPU labels are not published (as if --node-labels=false); set NODE_NAME from the downward API (fieldRef spec.nodeName) to publish them")
 	}
 	return errs
 }
+
+// Warnings are what Validate let through with a default the operator may
+// not have meant, for the binary to log once at start.
+func (c Config) Warnings() []string { return c.warnings }
 
 // UsesAPI reports whether the node reaches the API server: to publish its
 // labels, or because the binary always does.
@@ -248,7 +263,7 @@ func (c Config) Attrs() []any {
 	}
 	return []any{
 		"version", version.Version, "revision", version.Rev(),
-		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "hook_binary", c.HookBinary,
+		"nvml", c.NVML, "driver_root", c.DriverRoot, "host_driver_root", c.HostDriverRoot, "dev_root", driverroot.DevRoot(c.DriverRoot, c.DevRoot), "hook_binary", c.HookBinary,
 		"cdi_spec_dir", c.CDISpecDir, "cdi_kind", contract.CDIKind(c.CDIVendor, c.CDIClass),
 		"visible_devices", c.VisibleDevices, "mig_strategy", string(c.MIGStrategy),
 		"ignored_xids", strings.Join(xids, ","), "health_quiet_period", c.QuietPeriod.String(), "health_update_interval", c.HealthUpdate.String(), "mig_rescan_interval", c.MIGRescan.String(), "driver_check_interval", c.DriverCheck.String(), "on_nvml_error", c.OnNVMLError,

@@ -191,10 +191,11 @@ func TestNodeNameAndLabels(t *testing.T) {
 		args    []string
 		env     map[string]string
 		want    string // error substring; empty: valid
+		warn    string // the one warning's substring; empty: none
 		usesAPI bool
 	}{
 		{name: "labels by default", env: map[string]string{"NODE_NAME": "n", "KUBECONFIG": "/k"}, usesAPI: true},
-		{name: "labels without a node name", env: map[string]string{"NODE_NAME": ""}, want: "--node-name is empty, and --node-labels publishes"},
+		{name: "labels without a node name", env: map[string]string{"NODE_NAME": ""}, warn: "the GPU labels are not published"},
 		{name: "no labels, no API", args: []string{"--node-labels=false"}, env: map[string]string{"NODE_NAME": ""}},
 		{name: "no labels from the environment", env: map[string]string{"NODE_NAME": "", "NVINJECT_NODE_LABELS": "false"}},
 		{name: "API always", d: dra, args: []string{"--node-labels=false"}, env: map[string]string{"NODE_NAME": ""}, want: "--node-name is empty; set NODE_NAME"},
@@ -215,6 +216,10 @@ func TestNodeNameAndLabels(t *testing.T) {
 			}
 			if c.UsesAPI() != tt.usesAPI {
 				t.Errorf("UsesAPI %v, want %v", c.UsesAPI(), tt.usesAPI)
+			}
+			w := c.Warnings()
+			if tt.warn == "" && len(w) != 0 || tt.warn != "" && (len(w) != 1 || !strings.Contains(w[0], tt.warn)) {
+				t.Errorf("warnings %q; want one saying %q", w, tt.warn)
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -30,6 +31,8 @@ var ErrTooManyLinks = errors.New("too many levels of symbolic links")
 var LibDirs = []string{
 	"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
 	"/lib64", "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+	// Where CUDA images and GKE-style nodes keep the driver.
+	"/usr/local/nvidia/lib64",
 }
 
 // Resolve returns the path p (absolute, as seen from inside root) names
@@ -122,8 +125,15 @@ func ValidVersion(v string) bool { return versionRE.MatchString(v) }
 // libcuda.so.1) resolves to inside root, else the one libnvidia-ml.so.<ver>
 // file in LibDirs. ok is false when root holds no NVIDIA driver.
 func DriverVersion(root string) (v Version, ok bool, err error) {
+	return DriverVersionIn(root, nil)
+}
+
+// DriverVersionIn is DriverVersion looking in dirs (the root's own library
+// directories: its ld.so.conf's, its ld.so.cache's) before LibDirs.
+func DriverVersionIn(root string, dirs []string) (v Version, ok bool, err error) {
+	dirs = append(slices.Clip(dirs), LibDirs...)
 	for _, lib := range []string{"libnvidia-ml.so", "libcuda.so"} {
-		for _, d := range LibDirs {
+		for _, d := range dirs {
 			r, fi, err := Stat(root, path.Join(d, lib+".1"))
 			if err != nil || !fi.Mode().IsRegular() {
 				continue
@@ -134,8 +144,14 @@ func DriverVersion(root string) (v Version, ok bool, err error) {
 		}
 	}
 	var found []Version
-	for _, d := range LibDirs {
-		matches, err := filepath.Glob(filepath.Join(root, d, "libnvidia-ml.so.*.*"))
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		real, err := Resolve(root, d)
+		if err != nil || seen[real] {
+			continue
+		}
+		seen[real] = true
+		matches, err := filepath.Glob(filepath.Join(root, real, "libnvidia-ml.so.*.*"))
 		if err != nil {
 			return Version{}, false, err
 		}
@@ -157,4 +173,47 @@ func DriverVersion(root string) (v Version, ok bool, err error) {
 		names[i] = f.File
 	}
 	return Version{}, false, fmt.Errorf("driver root %s holds libraries of more than one NVIDIA driver (%s) and no libnvidia-ml.so.1 naming the current one; remove the stale ones or recreate the soname links with `ldconfig -r %s`", root, strings.Join(names, ", "), root)
+}
+
+// IsSystemRoot reports whether root is a whole system's root file system
+// (it has usr/bin or usr/lib: the host's /, a GPU Operator driver
+// container's /run/nvidia/driver) rather than a directory holding only the
+// driver (/usr/local/nvidia, GKE's /home/kubernetes/bin/nvidia).
+func IsSystemRoot(root string) bool {
+	for _, d := range []string{"/usr/bin", "/usr/lib"} {
+		if _, fi, err := Stat(root, d); err == nil && fi.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
+// DevRoot is the directory whose dev/ holds the GPUs' device nodes: given
+// when set, else root when root is a system root, else the host's "/".
+func DevRoot(root, given string) string {
+	switch {
+	case given != "":
+		return given
+	case root == "" || IsSystemRoot(root):
+		return root
+	}
+	return "/"
+}
+
+// FS returns root as an fs.FS whose names are resolved inside root
+// (Resolve): an absolute link in the root's /etc/ld.so.conf.d leads into
+// the root, never to the host's file of that name.
+func FS(root string) fs.FS { return rootFS(root) }
+
+type rootFS string
+
+func (r rootFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	p, err := Resolve(string(r), "/"+name)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return os.Open(filepath.Join(string(r), p))
 }

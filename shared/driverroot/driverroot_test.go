@@ -151,3 +151,65 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// A system root keeps its own dev/; a driver directory's devices are the
+// host's; --dev-root wins.
+func TestDevRoot(t *testing.T) {
+	system := root(t, map[string]string{"/usr/lib/": "dir/"})
+	merged := root(t, map[string]string{"/real-usr/bin/": "dir/", "/usr": "->/real-usr"})
+	driverDir := root(t, map[string]string{"/lib64/libcuda.so.1": "", "/bin/nvidia-smi": "", "/usr/share/nvinject/x": ""})
+	for _, tt := range []struct {
+		name, root, given, want string
+		system                  bool
+	}{
+		{"host", "/", "", "/", true},
+		{"system root", system, "", system, true},
+		{"usr a link inside the root", merged, "", merged, true},
+		{"driver directory", driverDir, "", "/", false},
+		{"given", driverDir, "/host", "/host", false},
+		{"given over a system root", system, "/", "/", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := driverroot.IsSystemRoot(tt.root); got != tt.system {
+				t.Errorf("IsSystemRoot(%s) = %v, want %v", tt.root, got, tt.system)
+			}
+			if got := driverroot.DevRoot(tt.root, tt.given); got != tt.want {
+				t.Errorf("DevRoot(%s, %q) = %q, want %q", tt.root, tt.given, got, tt.want)
+			}
+		})
+	}
+}
+
+// FS follows an absolute link inside the root, not to the host.
+func TestFS(t *testing.T) {
+	r := root(t, map[string]string{"/etc/real.conf": "/opt/lib\n", "/etc/ld.so.conf.d/x.conf": "->/etc/real.conf", "/etc/passwd": "->/etc/real.conf"})
+	for _, name := range []string{"etc/ld.so.conf.d/x.conf", "etc/passwd"} {
+		b, err := fs.ReadFile(driverroot.FS(r), name)
+		if err != nil || string(b) != "/opt/lib\n" {
+			t.Errorf("%s = %q, %v; want the root's file", name, b, err)
+		}
+	}
+	if _, err := fs.ReadFile(driverroot.FS(r), "etc/missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+	ents, err := fs.ReadDir(driverroot.FS(r), "etc/ld.so.conf.d")
+	if err != nil || len(ents) != 1 {
+		t.Errorf("ReadDir = %v, %v", ents, err)
+	}
+}
+
+// DriverVersionIn also looks in the root's own library directories, and a
+// directory reached twice (merged-/usr's /lib) counts once.
+func TestDriverVersionIn(t *testing.T) {
+	own := root(t, map[string]string{"/opt/nv/libnvidia-ml.so.535.261.03": ""})
+	if _, ok, err := driverroot.DriverVersion(own); ok || err != nil {
+		t.Errorf("DriverVersion found a driver outside LibDirs (%v)", err)
+	}
+	if v, ok, err := driverroot.DriverVersionIn(own, []string{"/opt/nv"}); !ok || err != nil || v.Version != "535.261.03" {
+		t.Errorf("DriverVersionIn = %+v, %v, %v; want 535.261.03", v, ok, err)
+	}
+	merged := root(t, map[string]string{"/lib": "->usr/lib", lib + "/libnvidia-ml.so.550.163.01": ""})
+	if v, ok, err := driverroot.DriverVersion(merged); !ok || err != nil || v.Version != "550.163.01" {
+		t.Errorf("merged-/usr DriverVersion = %+v, %v, %v; want 550.163.01 once", v, ok, err)
+	}
+}

@@ -47,6 +47,7 @@ func generate(ctx context.Context, args []string, out, stderr io.Writer) error {
 	nvml := fs.String("nvml", backend.Real, "GPU source: real, or sim:a100-80gb[*N][,driver=VERSION] for a SIMULATED node (its driver version follows --driver-root unless driver= is given)")
 	root := fs.String("driver-root", "/", "directory holding the driver install")
 	hostRoot := fs.String("host-driver-root", "", "the driver root's path on the host, if this process sees it elsewhere")
+	devRoot := fs.String("dev-root", "", "the directory whose dev/ holds the GPUs' device nodes (default: --driver-root when it is a whole system root, with usr/bin or usr/lib; else /, as for a driver directory such as /usr/local/nvidia)")
 	output := fs.String("output", "", "write the spec to FILE, or - for stdout (default: into --spec-dir)")
 	specDir := fs.String("cdi-spec-dir", contract.CDISpecDir, "CDI spec directory")
 	vendor := fs.String("cdi-vendor", contract.CDIVendor, "CDI vendor")
@@ -68,7 +69,7 @@ func generate(ctx context.Context, args []string, out, stderr io.Writer) error {
 	if err != nil {
 		return cli.UsageError{Err: err}
 	}
-	node, devs, err := discover(ctx, *nvml, *root, *visible, stderr)
+	node, devs, err := discover(ctx, *nvml, *root, *devRoot, *visible, stderr)
 	if err != nil {
 		return err
 	}
@@ -102,8 +103,8 @@ func generate(ctx context.Context, args []string, out, stderr io.Writer) error {
 	}
 }
 
-func discover(ctx context.Context, nvml, root, visible string, stderr io.Writer) (gpu.Node, []gpu.Device, error) {
-	b, err := backend.Open(nvml, backend.Options{DriverRoot: root})
+func discover(ctx context.Context, nvml, root, devRoot, visible string, stderr io.Writer) (gpu.Node, []gpu.Device, error) {
+	b, err := backend.Open(nvml, backend.Options{DriverRoot: root, DevRoot: devRoot})
 	if err != nil {
 		return gpu.Node{}, nil, err
 	}

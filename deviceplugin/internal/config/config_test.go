@@ -66,7 +66,6 @@ func TestLoadRefusesInvalidValues(t *testing.T) {
 		{args: []string{"--plugin-socket=kubelet.sock"}, want: `--plugin-socket="kubelet.sock"`},
 		{args: []string{"--kubelet-dir=/" + strings.Repeat("d", 120)}, want: "unix sockets allow 107"},
 		{args: []string{"extra"}, want: "unexpected arguments"},
-		{env: map[string]string{"NODE_NAME": ""}, want: "set NODE_NAME from the downward API (fieldRef spec.nodeName), or --node-labels=false"},
 		// The GPU node's settings are checked with the plugin's own.
 		{args: []string{"--nvml=cuda", "--plugin-socket=a/b"}, want: `--nvml="cuda"`},
 		{args: []string{"--nvml=cuda", "--plugin-socket=a/b"}, want: `--plugin-socket="a/b"`},
@@ -89,6 +88,12 @@ func TestLoadWithoutNodeLabels(t *testing.T) {
 	}
 	if c.NodeLabels || c.UsesAPI() {
 		t.Errorf("node labels %v, uses the API %v; want neither", c.NodeLabels, c.UsesAPI())
+	}
+	// A command line from before the labels existed: they are skipped,
+	// with one warning.
+	c, err = Load(nil, env(map[string]string{"NODE_NAME": ""}), io.Discard, io.Discard)
+	if err != nil || c.NodeLabels || c.UsesAPI() || len(c.Warnings()) != 1 || !strings.Contains(c.Warnings()[0], "not published") {
+		t.Errorf("no NODE_NAME: labels %v, warnings %q, %v; want no labels and one warning", c.NodeLabels, c.Warnings(), err)
 	}
 	c, err = Load(nil, env(map[string]string{"NODE_NAME": "gpu-1", "KUBECONFIG": "/etc/kube.conf"}), io.Discard, io.Discard)
 	if err != nil || !c.NodeLabels || c.NodeName != "gpu-1" || c.Kubeconfig != "/etc/kube.conf" {

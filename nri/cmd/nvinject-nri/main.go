@@ -167,7 +167,7 @@ func apiClient(kubeconfig string) (*typedcorev1.CoreV1Client, error) {
 // when a container's devices are not in it (a MIG layout changed); the hot
 // path never asks NVML otherwise.
 func inventory(ctx context.Context, cfg config.Config) (*verify.Inventory, error) {
-	b, err := backend.Open(cfg.NVML, backend.Options{DriverRoot: cfg.DriverRoot})
+	b, err := backend.Open(cfg.NVML, backend.Options{DriverRoot: cfg.DriverRoot, DevRoot: cfg.DevRoot})
 	if err != nil {
 		return nil, err
 	}

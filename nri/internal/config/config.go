@@ -31,6 +31,7 @@ type Config struct {
 	ResourceName       string
 	NVML               string
 	DriverRoot         string
+	DevRoot            string
 	MetricsAddr        string
 	LogFormat          string
 	LogLevel           string
@@ -66,6 +67,7 @@ func Parse(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 	fs.StringVar(&c.ResourceName, "resource-name", contract.ResourceName, "extended resource compared with kubelet's PodResources (the device plugin's --resource-name)")
 	fs.StringVar(&c.NVML, "nvml", "", `GPU inventory read once at start for the UUID-to-minor check: "real", "sim:a100-80gb[*N]", or empty to trust the CDI specs`)
 	fs.StringVar(&c.DriverRoot, "driver-root", "/", "where the driver's files are, for --nvml=real")
+	fs.StringVar(&c.DevRoot, "dev-root", "", "the directory whose dev/ holds the GPUs' device nodes, for --nvml=real (default: --driver-root when it is a whole system root, with usr/bin or usr/lib; else /)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", fmt.Sprintf(":%d", contract.NRIMetricsPort), "address serving /metrics, /healthz and /readyz (empty disables)")
 	fs.DurationVar(&c.RequestDeadline, "request-deadline", time.Second, "refuse a container whose CreateContainer or validation takes longer; keep it well below containerd's plugin_request_timeout (2s), past which containerd skips the plugin")
 	fs.DurationVar(&c.SimDelay, "sim-delay", 0, "SIMULATION ONLY (needs --nvml=sim:...): make every CreateContainer of a served runtime handler's pod wait this long first, to play a slow plugin")

@@ -35,7 +35,8 @@ type Options struct {
 	// DriverRoot is where the driver's files are ("/" on a host install,
 	// the mounted host root inside a container).
 	DriverRoot string
-	// DevRoot holds the host's /dev; defaults to DriverRoot.
+	// DevRoot holds the host's /dev; defaults to DriverRoot when that is a
+	// system root, else "/" (driverroot.DevRoot).
 	DevRoot string
 	// Logger gets what a SIMULATED node reports while it runs (a MIG state
 	// file it cannot follow); default slog's default.
@@ -58,9 +59,7 @@ func Open(value string, o Options) (*Backend, error) {
 	if o.DriverRoot == "" {
 		o.DriverRoot = "/"
 	}
-	if o.DevRoot == "" {
-		o.DevRoot = o.DriverRoot
-	}
+	o.DevRoot = driverroot.DevRoot(o.DriverRoot, o.DevRoot)
 	var libOpts []nvml.LibraryOption
 	lib := "libnvidia-ml.so.1 from the host's loader path"
 	if o.DriverRoot != "/" {
