@@ -33,7 +33,7 @@ func collectPodResources(ctx context.Context, socket string) evidence.PodResourc
 func listPodResources(ctx context.Context, c *podresources.Client, ev evidence.PodResourcesEvidence) evidence.PodResourcesEvidence {
 	pods, err := c.List(ctx)
 	if err != nil {
-		ev.Unread = fmt.Sprintf("run the doctor as root on the worker, or pass --pod-resources-socket: %v", err)
+		ev.Unread = fmt.Sprintf("%v (the doctor reads it as root on the worker)", err)
 		return ev
 	}
 	for _, p := range pods {
