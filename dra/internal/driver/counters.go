@@ -13,11 +13,12 @@ import (
 // counterSets are the KEP-4815 counter sets of the selected GPUs, one per
 // GPU (contract.DRACounterSetName): its memory in bytes and, on a GPU with
 // MIG mode on, one counter of 1 per memory slice its GPU instances occupy.
-// nil when no GPU has MIG on: a pool of whole GPUs only has nothing to
-// partition, and stays publishable where DRAPartitionableDevices is off.
-func counterSets(selected []gpu.Device) []resourceapi.CounterSet {
+// nil when no GPU has MIG on and no share device is published: a pool of
+// whole GPUs only has nothing to partition, and stays publishable where
+// DRAPartitionableDevices is off.
+func counterSets(selected []gpu.Device, shares bool) []resourceapi.CounterSet {
 	var out []resourceapi.CounterSet
-	mig := false
+	mig := shares
 	for _, g := range selected {
 		mig = mig || g.MIGEnabled
 		out = append(out, resourceapi.CounterSet{Name: contract.DRACounterSetName(g.Index), Counters: gpuCounters(g)})
@@ -39,7 +40,9 @@ func gpuCounters(g gpu.Device) map[string]resourceapi.Counter {
 }
 
 // consumes is what allocating dev takes from its GPU's counter set: all of
-// it for a whole GPU; for a MIG device its memory and the memory slices of
+// it for a whole GPU and for its share device (the allocator charges a
+// device that allows multiple allocations once, however many shares it
+// hands out); for a MIG device its memory and the memory slices of
 // its placement. Compute instances that share a GPU instance (1c.3g.40gb)
 // share its slices: each takes its compute slices' share, rounded down, so
 // they fit beside each other and any of them keeps the slices from another
