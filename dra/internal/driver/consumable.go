@@ -74,3 +74,15 @@ func shareID(id string) *types.UID {
 	u := types.UID(id)
 	return &u
 }
+
+// claimAnnotations are the per-claim CDI device's annotations beyond the
+// claim's UID and GPUs: the share ID of a claim holding a GPU share, which
+// tells nvinject-nri that other shares' pods may hold the GPU beside it.
+func claimAnnotations(c checkpoint.Claim) map[string]string {
+	for _, dev := range c.Devices {
+		if dev.ShareID != "" {
+			return map[string]string{contract.GPUShareAnnotation: dev.ShareID}
+		}
+	}
+	return nil
+}

@@ -267,7 +267,7 @@ func TestPrepareShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"CUDA_MPS_PIPE_DIRECTORY=/run/mps/uid-a/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M"} {
+	for _, w := range []string{`"nvinject.io/gpu-share":"share-a"`, "CUDA_MPS_PIPE_DIRECTORY=/run/mps/uid-a/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M"} {
 		if !strings.Contains(string(data), w) {
 			t.Errorf("share's claim spec lacks %s:\n%s", w, data)
 		}

@@ -65,7 +65,7 @@ func (d *Driver) share(cp *checkpoint.Claim) error {
 			return err
 		}
 	}
-	if err := d.claimSpecs.Write(cp.UID, uuids, edits); err != nil {
+	if err := d.claimSpecs.Write(cp.UID, uuids, edits, claimAnnotations(*cp)); err != nil {
 		return err
 	}
 	name := d.claimSpecs.Device(cp.UID)
@@ -110,7 +110,7 @@ func (d *Driver) restoreClaimSpecs() error {
 		if err != nil {
 			return fmt.Errorf("restore the CDI spec of shared ResourceClaim %s: %w", c, err)
 		}
-		if err := d.claimSpecs.Write(c.UID, uuids, edits); err != nil {
+		if err := d.claimSpecs.Write(c.UID, uuids, edits, claimAnnotations(c)); err != nil {
 			return fmt.Errorf("restore the CDI spec of shared ResourceClaim %s: %w", c, err)
 		}
 	}

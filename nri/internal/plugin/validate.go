@@ -128,6 +128,9 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	if err != nil {
 		return c, err
 	}
+	if err := h.checkShare(r, final); err != nil {
+		return c, err
+	}
 	c.units = h.units(c.uuids, r.gpus, shares)
 	if r.kubelet != nil {
 		if err := h.heldInKubelet(r.kubelet, pod, c.units, r.res); err != nil {
