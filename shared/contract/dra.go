@@ -98,6 +98,10 @@ const (
 	// counter set.
 	DRACounterMemory      = "memory"
 	DRACounterMemorySlice = "memory-slice-"
+	// DRACounterShare is the counter of a GPU without MIG whose share
+	// device is published: its whole device and its share device consume
+	// it so that they never fit together.
+	DRACounterShare = "gpu"
 )
 
 // Metric names of nvinject-dra.

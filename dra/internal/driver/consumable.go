@@ -53,7 +53,7 @@ func consumed(r resourceapi.DeviceRequestAllocationResult, name resourceapi.Qual
 func oneShare(c checkpoint.Claim) error {
 	shares, mps := 0, 0
 	for _, dev := range c.Devices {
-		if dev.ShareID != "" {
+		if dev.ShareID != "" && !dev.AdminAccess {
 			shares++
 		}
 		if dev.MPS != nil {
@@ -77,12 +77,17 @@ func shareID(id string) *types.UID {
 
 // claimAnnotations are the per-claim CDI device's annotations beyond the
 // claim's UID and GPUs: the share ID of a claim holding a GPU share, which
-// tells nvinject-nri that other shares' pods may hold the GPU beside it.
+// tells nvinject-nri that other shares' pods may hold the GPU beside it,
+// and admin access, which lets the claim's pods watch GPUs others hold.
 func claimAnnotations(c checkpoint.Claim) map[string]string {
+	out := map[string]string{}
 	for _, dev := range c.Devices {
-		if dev.ShareID != "" {
-			return map[string]string{contract.GPUShareAnnotation: dev.ShareID}
+		if dev.ShareID != "" && !dev.AdminAccess {
+			out[contract.GPUShareAnnotation] = dev.ShareID
+		}
+		if dev.AdminAccess {
+			out[contract.AdminAccessAnnotation] = "true"
 		}
 	}
-	return nil
+	return out
 }

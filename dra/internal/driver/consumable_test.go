@@ -144,9 +144,9 @@ func newShareDriver(t *testing.T, m *fakeMPS, stateDir, specDir string) *driver.
 
 // Each GPU gets a share device beside its whole device: type share, the
 // GPU's UUID, memory and 100 computePercent as consumable capacity with
-// request policies, multiple allocations allowed; both consume the GPU's
-// whole counter set; the default class never selects it. The slices pass
-// the API's limits.
+// request policies, multiple allocations allowed; the whole device consumes
+// 1 and the share device 2 of the GPU's share counter (shareCounters). The
+// slices pass the API's limits.
 func TestResourcesShareDevice(t *testing.T) {
 	d := newShareDriver(t, &fakeMPS{}, t.TempDir(), t.TempDir())
 	r := d.Resources()
@@ -172,8 +172,15 @@ func TestResourcesShareDevice(t *testing.T) {
 		t.Errorf("share computePercent capacity %+v", pct)
 	}
 	whole := devs["gpu-0"]
-	if whole.AllowMultipleAllocations != nil || !reflect.DeepEqual(whole.ConsumesCounters, sh.ConsumesCounters) || len(sh.ConsumesCounters) != 1 {
-		t.Errorf("whole %+v and share %+v consume differently", whole.ConsumesCounters, sh.ConsumesCounters)
+	counter := func(dv resourceapi.Device) int64 {
+		if len(dv.ConsumesCounters) != 1 || dv.ConsumesCounters[0].CounterSet != "gpu-0" || len(dv.ConsumesCounters[0].Counters) != 1 {
+			t.Fatalf("%s consumes %+v, want gpu-0's share counter only", dv.Name, dv.ConsumesCounters)
+		}
+		q := dv.ConsumesCounters[0].Counters[contract.DRACounterShare]
+		return q.Value.Value()
+	}
+	if whole.AllowMultipleAllocations != nil || counter(whole) != 1 || counter(sh) != 2 {
+		t.Errorf("whole consumes %d, share %d; want 1 and 2 of the GPU's 2", counter(whole), counter(sh))
 	}
 	if len(devs) != 4 {
 		t.Errorf("devices %v, want gpu-0, gpu-1 and their shares", slices.Sorted(maps.Keys(devs)))

@@ -88,7 +88,14 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin, Sharing: string(configs[r.Request].Strategy()),
 			MPS: mpsLimits(configs[r.Request]),
 		}
-		if dev.Share {
+		switch {
+		case dev.Share && admin:
+			// A monitor of a GPU in shares: kubelet gets its share ID
+			// back; it runs as no share's MPS client.
+			if r.ShareID != nil {
+				pd.ShareID = string(*r.ShareID)
+			}
+		case dev.Share:
 			if err := d.shareDevice(&pd, dev, r, configs[r.Request]); err != nil {
 				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
 			}

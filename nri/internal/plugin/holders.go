@@ -33,12 +33,13 @@ func holderOf(pod *api.PodSandbox, ctr *api.Container, units []unit) holder {
 // GPU ("" for a whole GPU, or a MIG device whose parent is not known);
 // replicas is how many pods may share it (time-slicing; 0 or 1: one);
 // claim is the UID of the shared claim it is held through ("" for none);
-// share marks a GPU held through a claim's GPU share.
+// share marks a GPU held through a claim's GPU share, admin one held
+// through a claim with admin access (a monitor).
 type unit struct {
 	uuid, parent string
 	replicas     int
 	claim        string
-	share        bool
+	share, admin bool
 }
 
 // clashes reports whether u and o cannot serve two pods: the same GPU or
@@ -46,9 +47,10 @@ type unit struct {
 // GPU can; a shared device can serve up to its replicas (shares); the
 // pods of one shared claim share its devices; the pods of GPU shares share
 // their GPU (the scheduler keeps the shares within its capacity), never
-// with a pod holding it whole.
+// with a pod holding it whole. A claim with admin access (which the API
+// server allows only in namespaces labeled for it) watches GPUs others hold.
 func (u unit) clashes(o unit) bool {
-	if (u.claim != "" && u.claim == o.claim) || (u.share && o.share) {
+	if (u.claim != "" && u.claim == o.claim) || (u.share && o.share) || u.admin || o.admin {
 		return false
 	}
 	return (u.uuid == o.uuid && !u.shared()) || (u.parent != "" && u.parent == o.uuid) || (o.parent != "" && o.parent == u.uuid)
@@ -60,12 +62,12 @@ func (u unit) shared() bool { return u.replicas > 1 }
 // already hold up to its replicas, and who they are.
 func overShared(mine []unit, pods map[string][]unit) (unit, []string, bool) {
 	for _, u := range mine {
-		if !u.shared() {
+		if !u.shared() || u.admin {
 			continue
 		}
 		var who []string
 		for pod, us := range pods {
-			if slices.ContainsFunc(us, func(o unit) bool { return o.uuid == u.uuid }) {
+			if slices.ContainsFunc(us, func(o unit) bool { return o.uuid == u.uuid && !o.admin }) {
 				who = append(who, pod)
 			}
 		}
@@ -89,7 +91,7 @@ func (h *Handler) units(uuids []string, gpus []verify.GPU, shares map[string]sha
 		} else {
 			parent = h.parentOf(u)
 		}
-		out = append(out, unit{uuid: u, parent: parent, replicas: h.replicasOf(u), claim: shares[u].uid, share: shares[u].share != ""})
+		out = append(out, unit{uuid: u, parent: parent, replicas: h.replicasOf(u), claim: shares[u].uid, share: shares[u].share != "", admin: shares[u].admin})
 	}
 	return out
 }
@@ -163,6 +165,27 @@ func (r *holders) admit(id string, h holder) (holder, unit, unit, bool) {
 	}
 	r.byCtr[id] = h
 	return holder{}, unit{}, unit{}, false
+}
+
+// beside names the pods other than h's that hold a GPU or MIG device that
+// h holds with admin access (or its parent or MIG devices), sorted: whom a
+// monitor watches.
+func (r *holders) beside(h holder) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, o := range r.byCtr {
+		if o.samePod(h) || slices.Contains(out, o.pod) {
+			continue
+		}
+		if slices.ContainsFunc(h.units, func(u unit) bool {
+			return u.admin && slices.ContainsFunc(o.units, func(ou unit) bool { return !ou.admin && unit{uuid: u.uuid, parent: u.parent}.clashes(ou) })
+		}) {
+			out = append(out, o.pod)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (r *holders) release(id string) {
@@ -255,7 +278,7 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []un
 						continue
 					}
 					for _, u := range deviceUUIDs(d) {
-						theirs := unit{uuid: u, parent: cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u)), claim: shared[u].uid, share: shared[u].share != ""}
+						theirs := unit{uuid: u, parent: cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u)), claim: shared[u].uid, share: shared[u].share != "", admin: shared[u].admin}
 						if err := clash(theirs, who, "through DRA "+cl.String()); err != nil {
 							return err
 						}

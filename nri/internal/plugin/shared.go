@@ -31,6 +31,7 @@ type sharedClaim struct {
 	uid   string
 	uuids []string
 	share string
+	admin bool
 }
 
 // sharedClaimOf reads a resolved device's shared-claim annotations; ok is
@@ -40,7 +41,8 @@ func (h *Handler) sharedClaimOf(d resolve.Device) (sharedClaim, bool) {
 	if uid == "" || d.Name != contract.SharedClaimDevice(h.vendor, uid) {
 		return sharedClaim{}, false
 	}
-	return sharedClaim{uid: uid, uuids: contract.ParseSharedClaimUUIDs(d.Annotations[contract.SharedClaimUUIDsAnnotation]), share: d.Annotations[contract.GPUShareAnnotation]}, true
+	return sharedClaim{uid: uid, uuids: contract.ParseSharedClaimUUIDs(d.Annotations[contract.SharedClaimUUIDsAnnotation]), share: d.Annotations[contract.GPUShareAnnotation],
+		admin: d.Annotations[contract.AdminAccessAnnotation] == "true"}, true
 }
 
 // shares maps each GPU or MIG UUID that r's shared claims share to the

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -39,6 +40,9 @@ func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 				h.heldError(mine, theirs, who, via)))
 			h.refused(pod, ctr, c.rec, err)
 			return err
+		}
+		if slices.ContainsFunc(c.units, func(u unit) bool { return u.admin }) {
+			c.rec.Admin, c.rec.Beside = true, h.holders.beside(holderOf(pod, ctr, c.units))
 		}
 		h.admitted(pod, ctr, c.rec, c.uuids)
 	}
