@@ -1,8 +1,10 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,6 +36,26 @@ func (d *Driver) shareDevice(pd *checkpoint.Device, dev Device, r resourceapi.De
 	pd.Sharing = string(claimconfig.MPS)
 	pd.MPS = &checkpoint.MPSLimits{ActiveThreadPercentage: int(pct), PinnedMemoryMiB: uint64(mem) >> 20}
 	pd.ShareID = string(*r.ShareID)
+	return nil
+}
+
+// ShareReadyTimeout bounds how long prepare waits for a share's MPS daemon
+// to listen with its limits set.
+const ShareReadyTimeout = 10 * time.Second
+
+// waitShare returns once the MPS daemon of claim c, if c holds a GPU share,
+// listens with the share's limits set: a container started before would
+// reach a daemon without them. A daemon not ready in ShareReadyTimeout
+// refuses the claim (kubelet retries the prepare).
+func (d *Driver) waitShare(ctx context.Context, c checkpoint.Claim) error {
+	if claimAnnotations(c)[contract.GPUShareAnnotation] == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, ShareReadyTimeout)
+	defer cancel()
+	if err := d.mps.Wait(ctx, c.UID); err != nil {
+		return fmt.Errorf("the share's MPS daemon did not set its limits: %w; check nvinject-dra's log for the daemon's output", err)
+	}
 	return nil
 }
 

@@ -176,6 +176,8 @@ func WithClaimSpecs(dir claimspec.Dir) Option { return func(d *Driver) { d.claim
 type MPSDaemons interface {
 	// Sync runs exactly ds; an error says why none can run.
 	Sync(ds []mps.Daemon) error
+	// Wait returns once daemon id listens with its limits set.
+	Wait(ctx context.Context, id string) error
 	// Client is the host paths a client of daemon id mounts: its pipe
 	// directory and the daemons' shared memory.
 	Client(id string) (pipe, shm string)

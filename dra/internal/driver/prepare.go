@@ -105,7 +105,7 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 	if err := oneShare(cp); err != nil {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
 	}
-	if err := d.share(&cp); err != nil {
+	if err := d.share(ctx, &cp); err != nil {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
 	}
 	if err := d.state.Put(cp); err != nil {

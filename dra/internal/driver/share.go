@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -43,7 +44,7 @@ func sharedOf(c checkpoint.Claim) ([]string, claimconfig.Strategy, error) {
 // share writes the per-claim CDI spec of a claim that shares devices, or
 // holds them with admin access, and adds the claim's own device to each
 // such device's CDI names, so every container given one gets it too.
-func (d *Driver) share(cp *checkpoint.Claim) error {
+func (d *Driver) share(ctx context.Context, cp *checkpoint.Claim) error {
 	_, s, err := sharedOf(*cp)
 	if err != nil {
 		return err
@@ -71,6 +72,9 @@ func (d *Driver) share(cp *checkpoint.Claim) error {
 		// The claim's daemon runs before any container can be given it.
 		if err := d.syncMPS(func(c checkpoint.Claim) bool { return c.UID != cp.UID }, cp); err != nil {
 			return err
+		}
+		if err := d.waitShare(ctx, *cp); err != nil {
+			return errors.Join(err, d.syncMPS(func(c checkpoint.Claim) bool { return c.UID != cp.UID }, nil))
 		}
 	}
 	if err := d.claimSpecs.Write(cp.UID, uuids, edits, claimAnnotations(*cp)); err != nil {
