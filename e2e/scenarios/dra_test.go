@@ -201,6 +201,9 @@ func TestDRA(t *testing.T) {
 		}
 	})
 
+	t.Run("GPU shares of 40Gi and 30Gi on one GPU, a third Pending", func(t *testing.T) { testDRAShares(t, ctx) })
+	t.Run("admin-access monitor beside a GPU pod", func(t *testing.T) { testDRAAdminAccess(t, ctx) })
+
 	// From here on the pods ask by ResourceClaimTemplate (the seed's
 	// nvidia.com/gpu: 1 has its own steps above and at the end).
 	t.Run("Xid taints the device and the pod's health", func(t *testing.T) {
