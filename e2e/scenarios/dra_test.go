@@ -41,6 +41,7 @@ func TestDRA(t *testing.T) {
 			{"-k", filepath.Join(repo, "deploy", "overlays", "local-sim-dra")},
 			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "gpu-80gb-claim.yaml")},
 			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "shared-gpu-claim.yaml")},
+			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "gpu-share-claim.yaml")},
 		} {
 			out, err := d.Kube().Kubectl(ctx, "", append([]string{"apply", "--dry-run=server"}, args...)...)
 			if err != nil || !strings.Contains(out, "(server dry run)") {
