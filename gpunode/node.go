@@ -94,6 +94,10 @@ func (c *ClaimMPS) Sync(ds []mps.Daemon) error {
 	return nil
 }
 
+// Wait returns once daemon id listens with its limits set; the error says
+// why not when ctx ends.
+func (c *ClaimMPS) Wait(ctx context.Context, id string) error { return c.m.Wait(ctx, id) }
+
 // Client is the host paths a client of daemon id mounts: its pipe
 // directory and the daemons' shared memory.
 func (c *ClaimMPS) Client(id string) (pipe, shm string) {

@@ -96,15 +96,26 @@ func TestDRAOverlays(t *testing.T) {
 
 func checkDeviceClass(t *testing.T, d draObjects) {
 	t.Helper()
-	if len(d.classes) != 1 {
-		t.Fatalf("%d DeviceClasses, want gpu.nvinject.io", len(d.classes))
+	want := map[string]string{
+		"gpu.nvinject.io":       `device.driver == "gpu.nvinject.io" && device.attributes["gpu.nvinject.io"].type != "share"`,
+		"gpu-share.nvinject.io": `device.driver == "gpu.nvinject.io" && device.attributes["gpu.nvinject.io"].type == "share"`,
 	}
-	c := d.classes[0]
-	if c.Name != "gpu.nvinject.io" || c.Spec.ExtendedResourceName == nil || *c.Spec.ExtendedResourceName != "nvidia.com/gpu" {
-		t.Errorf("DeviceClass %s extendedResourceName %v, want gpu.nvinject.io serving nvidia.com/gpu", c.Name, c.Spec.ExtendedResourceName)
+	if len(d.classes) != len(want) {
+		t.Fatalf("%d DeviceClasses, want gpu.nvinject.io and gpu-share.nvinject.io", len(d.classes))
 	}
-	if len(c.Spec.Selectors) != 1 || c.Spec.Selectors[0].CEL == nil || c.Spec.Selectors[0].CEL.Expression != `device.driver == "gpu.nvinject.io"` {
-		t.Errorf("DeviceClass selectors %+v, want the driver's devices", c.Spec.Selectors)
+	for _, c := range d.classes {
+		expr, ok := want[c.Name]
+		if !ok {
+			t.Errorf("unexpected DeviceClass %s", c.Name)
+			continue
+		}
+		serves := c.Spec.ExtendedResourceName != nil && *c.Spec.ExtendedResourceName == "nvidia.com/gpu"
+		if serves != (c.Name == "gpu.nvinject.io") {
+			t.Errorf("DeviceClass %s extendedResourceName %v; only gpu.nvinject.io serves nvidia.com/gpu (a share is no whole GPU)", c.Name, c.Spec.ExtendedResourceName)
+		}
+		if len(c.Spec.Selectors) != 1 || c.Spec.Selectors[0].CEL == nil || c.Spec.Selectors[0].CEL.Expression != expr {
+			t.Errorf("DeviceClass %s selectors %+v, want %s", c.Name, c.Spec.Selectors, expr)
+		}
 	}
 }
 

@@ -247,8 +247,11 @@ func checkDRAAllocate(e evidence.Evidence) Verdict {
 				f.problem(fixDRAStale, "claim %s holds %s/%s, which no ResourceSlice of %s lists", c, d.Driver, d.ID(), e.Node)
 				continue
 			}
-			f.fact("claim %s (%s) allocated by the scheduler: request %s → %s/%s %s, reserved for %s", c, how, d.Request, d.Driver, d.ID(), u, orNone(c.ReservedFor))
+			f.fact("claim %s (%s) allocated by the scheduler: request %s → %s/%s %s%s, reserved for %s", c, how, d.Request, d.Driver, d.ID(), u, shareNote(d), orNone(c.ReservedFor))
 		}
+	}
+	for _, line := range sharesPerGPU(s, cl) {
+		f.fact("%s", line)
 	}
 	for _, p := range e.Allocate.PrepareFailures {
 		f.problem(fixDRAPrepare, "pod %s: %s", p.PodRef, p.Message)
@@ -267,6 +270,40 @@ func checkDRAAllocate(e evidence.Evidence) Verdict {
 		f.fact("kubelet reported no FailedPrepareDynamicResources on %s", e.Node)
 	}
 	return f.verdict("")
+}
+
+// shareNote says what a claim's device is beyond the device: a share and
+// what it consumes, or admin access.
+func shareNote(d evidence.ClaimDevice) string {
+	var out string
+	if d.ShareID != "" {
+		out = " share " + d.ShareID + " " + orNone(d.Consumed)
+	}
+	if d.AdminAccess {
+		out += " with admin access"
+	}
+	return out
+}
+
+// sharesPerGPU is one line per GPU in shares (consumable capacity): the
+// GPU, its share device's capacity and each claim's share.
+func sharesPerGPU(s evidence.SliceEvidence, cl evidence.ClaimsEvidence) []string {
+	var out []string
+	for _, d := range s.Devices {
+		if d.Type != contract.DRATypeShare {
+			continue
+		}
+		var shares []string
+		for _, c := range cl.Claims {
+			for _, cd := range c.Devices {
+				if cd.ID() == d.ID() && !cd.AdminAccess {
+					shares = append(shares, c.String()+" "+orNone(cd.Consumed))
+				}
+			}
+		}
+		out = append(out, fmt.Sprintf("GPU %s in shares (%s, memory %s): %d share(s): %s", d.UUID, d.ID(), d.Memory, len(shares), orNone(shares)))
+	}
+	return out
 }
 
 // taints are d's taints with key.

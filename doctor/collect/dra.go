@@ -192,7 +192,15 @@ func claimOf(rc *resourceapi.ResourceClaim, pools map[string]bool) evidence.Clai
 		cl.Allocated = true
 		for _, r := range a.Devices.Results {
 			if r.Driver == contract.DRADriver && (pools == nil || pools[r.Pool]) {
-				cl.Devices = append(cl.Devices, evidence.ClaimDevice{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device})
+				cd := evidence.ClaimDevice{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device, AdminAccess: r.AdminAccess != nil && *r.AdminAccess}
+				if r.ShareID != nil {
+					cd.ShareID = string(*r.ShareID)
+				}
+				for n, q := range r.ConsumedCapacity {
+					cd.Consumed = append(cd.Consumed, string(n)+"="+q.String())
+				}
+				slices.Sort(cd.Consumed)
+				cl.Devices = append(cl.Devices, cd)
 			}
 		}
 	}

@@ -66,6 +66,13 @@ type ClaimDevice struct {
 	Driver  string `json:"driver"`
 	Pool    string `json:"pool"`
 	Device  string `json:"device"`
+	// ShareID and Consumed are a share of a device that allows multiple
+	// allocations (a GPU's share device): its ID and what it consumes
+	// ("memory=40Gi", "computePercent=50", sorted).
+	ShareID  string   `json:"shareID,omitempty"`
+	Consumed []string `json:"consumed,omitempty"`
+	// AdminAccess: allocated for monitoring beside the device's holders.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // ID is pool/device, as SliceDevice.ID.

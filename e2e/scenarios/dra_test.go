@@ -41,6 +41,7 @@ func TestDRA(t *testing.T) {
 			{"-k", filepath.Join(repo, "deploy", "overlays", "local-sim-dra")},
 			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "gpu-80gb-claim.yaml")},
 			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "shared-gpu-claim.yaml")},
+			{"-f", filepath.Join(repo, "deploy", "examples", "dra", "gpu-share-claim.yaml")},
 		} {
 			out, err := d.Kube().Kubectl(ctx, "", append([]string{"apply", "--dry-run=server"}, args...)...)
 			if err != nil || !strings.Contains(out, "(server dry run)") {
@@ -200,6 +201,9 @@ func TestDRA(t *testing.T) {
 			deletePod(t, n)
 		}
 	})
+
+	t.Run("GPU shares of 40Gi and 30Gi on one GPU, a third Pending", func(t *testing.T) { testDRAShares(t, ctx) })
+	t.Run("admin-access monitor beside a GPU pod", func(t *testing.T) { testDRAAdminAccess(t, ctx) })
 
 	// From here on the pods ask by ResourceClaimTemplate (the seed's
 	// nvidia.com/gpu: 1 has its own steps above and at the end).

@@ -168,6 +168,29 @@ func (m *Manager) Ready() error {
 	return fmt.Errorf("MPS control daemon not ready: %s", strings.Join(out, "; "))
 }
 
+// Wait returns once daemon id listens with its limits set, or says why it
+// does not when ctx ends (or at once when id is not wanted).
+func (m *Manager) Wait(ctx context.Context, id string) error {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		m.mu.Lock()
+		why, wanted := m.state[id]
+		m.mu.Unlock()
+		switch {
+		case !wanted:
+			return fmt.Errorf("MPS control daemon %s is not wanted", id)
+		case why == "":
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("MPS control daemon %s not ready (%s): %w", id, why, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
 func (m *Manager) setState(id, why string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -225,3 +225,28 @@ func TestDaemonIDMustBeOneFileName(t *testing.T) {
 		t.Errorf("under root: %q, want GPU-a and shm alone", names)
 	}
 }
+
+// Wait returns once the daemon's limits are set: they read back at once;
+// a daemon not wanted is an error, and so is one not ready in time.
+func TestWaitUntilLimitsSet(t *testing.T) {
+	m, prog, root := newManager(t)
+	defer run(t, m)()
+	m.Sync(prog, []Daemon{{ID: "share-a", Visible: "GPU-a", ActiveThreadPercentage: 30}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Wait(ctx, "share-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := prog.Command(context.Background(), PathsOf(root, "share-a").Pipe, "get_default_active_thread_percentage"); err != nil || got != "30.0" {
+		t.Errorf("percentage right after Wait: %q %v, want 30.0", got, err)
+	}
+	if err := m.Wait(ctx, "other"); err == nil || !strings.Contains(err.Error(), "not wanted") {
+		t.Errorf("Wait for a daemon not wanted: %v", err)
+	}
+	m.Sync(Program{Path: "/nonexistent/nvidia-cuda-mps-control"}, []Daemon{{ID: "share-b", Visible: "GPU-b", ActiveThreadPercentage: 30}})
+	short, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	if err := m.Wait(short, "share-b"); err == nil || !strings.Contains(err.Error(), "share-b not ready") {
+		t.Errorf("Wait for a daemon that cannot start: %v", err)
+	}
+}

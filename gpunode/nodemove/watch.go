@@ -78,8 +78,9 @@ func DevicePluginPods(resource string) Source {
 }
 
 // DRAClaims reports GPUs and MIG devices given through driver's claims, by
-// device name (contract.DRADeviceName, DRAMIGDeviceName, as nvinject-dra
-// publishes them), which the device plugin publishes Unhealthy.
+// device name (contract.DRADeviceName, DRAShareDeviceName, DRAMIGDeviceName,
+// as nvinject-dra publishes them), which the device plugin publishes
+// Unhealthy.
 func DRAClaims(driver string) Source {
 	return Source{draDriver: driver, via: "DRA", holders: "DRA claims", one: "a DRA claim", withhold: "published Unhealthy"}
 }
@@ -123,6 +124,7 @@ func New(l Lister, src Source, gpus []gpu.Device, opts ...Option) *Watcher {
 	for _, g := range gpus {
 		if src.draDriver != "" {
 			w.ids[contract.DRADeviceName(g.Index)] = g.UUID
+			w.ids[contract.DRAShareDeviceName(g.Index)] = g.UUID
 			for _, m := range g.MIG {
 				w.ids[contract.DRAMIGDeviceName(g.Index, m.Profile, m.GPUInstance, m.ComputeInstance)] = m.UUID
 			}

@@ -79,6 +79,9 @@ func TestPoll(t *testing.T) {
 			pod("default", "small", devs("nvidia.com/mig-1g.10gb", "MIG-c1")), pod("default", "big", devs("nvidia.com/mig-3g.40gb", "2:0"))}, dp,
 			Holders{"MIG-c1": {{Pod: "default/small", Container: "main"}}, "MIG-c0": {{Pod: "default/big", Container: "main"}}}},
 		{"time-slicing replica", []*podresv1.PodResources{pod("default", "sliced", devs("nvidia.com/gpu", "GPU-a::3"))}, dp, Holders{"GPU-a": {{Pod: "default/sliced", Container: "main"}}}},
+		{"DRA claims of shares of one GPU", []*podresv1.PodResources{claimPod("default", "s1", "share-1", contract.DRADriver, contract.DRAShareDeviceName(0), "main"),
+			claimPod("default", "s2", "share-2", contract.DRADriver, contract.DRAShareDeviceName(0), "main")}, dra,
+			Holders{"GPU-a": {{Pod: "default/s1", Container: "main", Claim: "default/share-1"}, {Pod: "default/s2", Container: "main", Claim: "default/share-2"}}}},
 		{"DRA claim on a MIG device", []*podresv1.PodResources{claimPod("default", "small", "c", contract.DRADriver, contract.DRAMIGDeviceName(2, "1g.10gb", 2, 0), "main")}, dra,
 			Holders{"MIG-c1": {{Pod: "default/small", Container: "main", Claim: "default/c"}}}},
 		{"DRA: another driver, an unknown device, device-plugin devices", []*podresv1.PodResources{

@@ -49,6 +49,14 @@ func DRAMIGDeviceName(parent int, profile string, gi, ci int) string {
 	return DRADeviceName(parent) + "-mig-" + p + "-gi" + strconv.Itoa(gi) + "-ci" + strconv.Itoa(ci)
 }
 
+// DRAShareDeviceName is the ResourceSlice device of the GPU with NVML index
+// i that many claims share by consumable capacity (KEP-5075): "gpu-0-share".
+func DRAShareDeviceName(i int) string { return DRADeviceName(i) + "-share" }
+
+// DRAShareClass is the DeviceClass of the GPUs' share devices; DRADriver's
+// own class selects whole GPUs and MIG devices only.
+const DRAShareClass = "gpu-share.nvinject.io"
+
 // DRACounterSetName is the ResourceSlice counter set (KEP-4815) of the GPU
 // with NVML index i: its memory and memory slices, which its whole device
 // or its MIG devices consume.
@@ -66,10 +74,15 @@ const (
 	DRAAttrComputeCapability = "cudaComputeCapability"
 	DRAAttrNUMANode          = "numaNode"
 	DRACapacityMemory        = "memory"
-	// DRAAttrType is DRATypeGPU on a whole GPU, DRATypeMIG on a MIG device.
-	DRAAttrType = "type"
-	DRATypeGPU  = "gpu"
-	DRATypeMIG  = "mig"
+	// DRAAttrType is DRATypeGPU on a whole GPU, DRATypeMIG on a MIG device,
+	// DRATypeShare on a GPU's share device.
+	DRAAttrType  = "type"
+	DRATypeGPU   = "gpu"
+	DRATypeMIG   = "mig"
+	DRATypeShare = "share"
+	// DRACapacityComputePercent is a share device's compute capacity (100):
+	// a share's part of it is its MPS daemon's active thread percentage.
+	DRACapacityComputePercent = "computePercent"
 	// DRAAttrMIGCapable is whether the GPU (a MIG device's parent) supports
 	// MIG: the node label nvidia.com/mig.capable, per device.
 	DRAAttrMIGCapable = "migCapable"
@@ -85,6 +98,10 @@ const (
 	// counter set.
 	DRACounterMemory      = "memory"
 	DRACounterMemorySlice = "memory-slice-"
+	// DRACounterShare is the counter of a GPU without MIG whose share
+	// device is published: its whole device and its share device consume
+	// it so that they never fit together.
+	DRACounterShare = "gpu"
 )
 
 // Metric names of nvinject-dra.

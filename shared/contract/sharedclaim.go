@@ -26,6 +26,16 @@ const (
 	SharedClaimUUIDsAnnotation = "nvinject.io/shared-claim-uuids"
 	// EnvSharedClaim = <claim UID> in each container of a shared claim.
 	EnvSharedClaim = "NVINJECT_SHARED_CLAIM"
+	// GPUShareAnnotation on a per-claim CDI device is the allocation's
+	// share ID when the claim holds a GPU share (consumable capacity): the
+	// GPU then serves the pods of every share claim on it, and no pod that
+	// holds it whole.
+	GPUShareAnnotation = "nvinject.io/gpu-share"
+	// AdminAccessAnnotation = "true" on a per-claim CDI device of a claim
+	// allocated with admin access (KEP-5018): its pods may use GPUs that
+	// other pods hold, to monitor them; the API server admits such claims
+	// only in namespaces labeled resource.kubernetes.io/admin-access=true.
+	AdminAccessAnnotation = "nvinject.io/admin-access"
 )
 
 // SharedClaimDevice is the qualified CDI name of claim uid's own device.

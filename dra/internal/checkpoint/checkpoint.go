@@ -57,6 +57,10 @@ type Device struct {
 	// MPS are the limits of the claim's MPS daemon (strategy MPS), kept so
 	// a restarted nvinject-dra runs the daemon again as it was.
 	MPS *MPSLimits `json:"mps,omitempty"`
+	// ShareID is the allocation's share of a device that allows multiple
+	// allocations (a GPU's share device); kubelet gets it back in every
+	// answer for the claim.
+	ShareID string `json:"shareID,omitempty"`
 }
 
 // MPSLimits are an MPS daemon's default client limits.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,18 +64,19 @@ func ValidUID(uid string) error {
 }
 
 // Write stores claim uid's spec atomically: its device shares uuids with
-// edits.
-func (d Dir) Write(uid string, uuids []string, edits specs.ContainerEdits) error {
+// edits, and carries extra annotations besides the claim's and the UUIDs'.
+func (d Dir) Write(uid string, uuids []string, edits specs.ContainerEdits, extra map[string]string) error {
 	if err := ValidUID(uid); err != nil {
 		return err
 	}
+	annotations := maps.Clone(extra)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[contract.SharedClaimAnnotation] = uid
+	annotations[contract.SharedClaimUUIDsAnnotation] = contract.SharedClaimUUIDs(uuids)
 	s := specs.Spec{Kind: contract.CDIKind(d.vendor, contract.CDIClaimClass), Devices: []specs.Device{{
-		Name: uid,
-		Annotations: map[string]string{
-			contract.SharedClaimAnnotation:      uid,
-			contract.SharedClaimUUIDsAnnotation: contract.SharedClaimUUIDs(uuids),
-		},
-		ContainerEdits: edits,
+		Name: uid, Annotations: annotations, ContainerEdits: edits,
 	}}}
 	v, err := specs.MinimumRequiredVersion(&s)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 func TestWriteRemoveEdits(t *testing.T) {
 	dir := t.TempDir()
 	d := New(dir, "nvidia.com")
-	if err := d.Write("bad/uid", []string{"GPU-1"}, specs.ContainerEdits{Env: []string{"A=1"}}); err == nil || !strings.Contains(err.Error(), "cannot name a CDI device") {
+	if err := d.Write("bad/uid", []string{"GPU-1"}, specs.ContainerEdits{Env: []string{"A=1"}}, nil); err == nil || !strings.Contains(err.Error(), "cannot name a CDI device") {
 		t.Errorf("bad UID: err = %v", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
@@ -26,7 +26,7 @@ func TestWriteRemoveEdits(t *testing.T) {
 	if err != nil || len(edits.Env) != 1 || edits.Env[0] != "NVINJECT_SHARED_CLAIM=u1" {
 		t.Fatalf("time-slicing edits %+v, %v", edits, err)
 	}
-	if err := d.Write("u1", []string{"GPU-2", "GPU-1"}, edits); err != nil {
+	if err := d.Write("u1", []string{"GPU-2", "GPU-1"}, edits, nil); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "nvidia.com-claim_u1.json"))
@@ -58,7 +58,7 @@ func TestUIDThatIsNoFileName(t *testing.T) {
 	}
 	d := New(dir, "nvidia.com")
 	for _, uid := range []string{"../../victim", "a/b", "..", ""} {
-		if err := d.Write(uid, []string{"GPU-a"}, specs.ContainerEdits{}); err == nil {
+		if err := d.Write(uid, []string{"GPU-a"}, specs.ContainerEdits{}, nil); err == nil {
 			t.Errorf("Write(%q) succeeded", uid)
 		}
 		// "../../victim" would be parent/cdi/<prefix>../../victim.json.

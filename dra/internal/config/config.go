@@ -34,13 +34,16 @@ type Config struct {
 	// OwnerLabel is the node label deploy/ selects nvinject-dra by (value
 	// dra); empty when it runs on every node.
 	OwnerLabel string
+	// Shares publishes each GPU's share device (consumable capacity,
+	// KEP-5075), enforced by an MPS daemon per share.
+	Shares bool
 }
 
 // Attrs renders the configuration for one structured log line.
 func (c Config) Attrs() []any {
 	return append([]any{"driver", contract.DRADriver}, append(c.Config.Attrs(),
 		"registrar_dir", c.RegistrarDir, "plugin_dir", c.PluginDir,
-		"hold_resource_endpoint", c.HoldEndpoint, "kubelet_dir", c.KubeletDir, "owner_label", c.OwnerLabel)...)
+		"hold_resource_endpoint", c.HoldEndpoint, "kubelet_dir", c.KubeletDir, "owner_label", c.OwnerLabel, "gpu_shares", c.Shares)...)
 }
 
 // Load parses args (without the program name); a flag on the command line
@@ -69,6 +72,7 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	fs.BoolVar(&c.HoldEndpoint, "hold-resource-endpoint", true, "register an empty device-plugin endpoint for --resource-name in --kubelet-dir: capacity 0 at once after a switch, and Kubernetes 1.37's device manager keeps serving the resource's DRA containers (dra/README.md)")
 	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock), for --hold-resource-endpoint")
 	fs.StringVar(&c.OwnerLabel, "owner-label", "", "node label the DaemonSet selects by (value "+contract.DRAModeDRA+", e.g. "+contract.DRAModeLabel+"): stopping on a node whose label no longer says so, nvinject-dra deletes its ResourceSlices at once; empty keeps them (kubelet wipes them 30 s after the plugin is gone)")
+	fs.BoolVar(&c.Shares, "gpu-shares", false, "also publish each GPU without MIG as a share device (gpu-<index>-share, DeviceClass "+contract.DRAShareClass+"): claims consume part of its memory and computePercent (KEP-5075 consumable capacity), each enforced by its own MPS daemon; needs --mps-dir and the API server's DRAConsumableCapacity and DRAPartitionableDevices gates")
 	if err := cmd.Parse(args, getenv); err != nil {
 		return Config{}, err
 	}
@@ -84,6 +88,9 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 		if !filepath.IsAbs(dir) {
 			errs = append(errs, fmt.Errorf("%s=%s is not an absolute path; kubelet needs the host path", flagName, contract.Quote(dir)))
 		}
+	}
+	if c.Shares && c.MPSDir == "" {
+		errs = append(errs, errors.New("--gpu-shares needs --mps-dir: each share is enforced by its own MPS daemon"))
 	}
 	if c.StateDir == "" {
 		c.StateDir = c.DriverPluginDir()

@@ -34,6 +34,12 @@ func TestLoadDefaultsAndEnv(t *testing.T) {
 	if c.MIGStrategy != gpuselect.MIGMixed {
 		t.Errorf("MIG strategy %q, want mixed", c.MIGStrategy)
 	}
+	if c.Shares {
+		t.Error("GPU shares on by default")
+	}
+	if c, err := config.Load([]string{"--node-name=n"}, env(map[string]string{"NVINJECT_GPU_SHARES": "true"}), &bytes.Buffer{}, &bytes.Buffer{}); err != nil || !c.Shares {
+		t.Errorf("NVINJECT_GPU_SHARES=true: shares %v, %v", c.Shares, err)
+	}
 	// The command line wins over the environment.
 	c, err = config.Load([]string{"--node-name=cli"}, env(map[string]string{"NODE_NAME": "env"}), &bytes.Buffer{}, &bytes.Buffer{})
 	if err != nil || c.NodeName != "cli" {
@@ -55,6 +61,8 @@ func TestLoadRejects(t *testing.T) {
 		{[]string{"--nvml=gpu"}, "--nvml"},
 		{[]string{"--nvml=gpu"}, "--node-name is empty"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
+		// A share is enforced by its own MPS daemon.
+		{[]string{"--node-name=n", "--gpu-shares", "--mps-dir="}, "--gpu-shares needs --mps-dir"},
 	} {
 		_, err := config.Load(tc.args, env(nil), &bytes.Buffer{}, &bytes.Buffer{})
 		var ue cli.UsageError

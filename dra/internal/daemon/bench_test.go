@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -75,4 +76,31 @@ func benchPrepare(b *testing.B, c drapbv1.DRAPluginClient, claim *drapbv1.Claim)
 		}
 	}
 	percentiles(b, lat)
+}
+
+// BenchmarkNodePrepareResourcesShare is NodePrepareResources of a GPU
+// share (consumable capacity, --gpu-shares): its own MPS control daemon
+// started and its limits set before the answer, against the whole GPU's
+// prepare on the same node in the same run. NVIDIA's real control program
+// runs (no GPU needed until a client connects): the benchmark takes the
+// driver root holding it from NVINJECT_BENCH_DRIVER_ROOT (e.g.
+// ~/.cache/nvinject/driver-root-535.261.03-flat-*/root) and is skipped
+// without it.
+func BenchmarkNodePrepareResourcesShare(b *testing.B) {
+	root := os.Getenv("NVINJECT_BENCH_DRIVER_ROOT")
+	if root == "" {
+		b.Skip("set NVINJECT_BENCH_DRIVER_ROOT to a driver root with nvidia-cuda-mps-control")
+	}
+	mpsDir, err := os.MkdirTemp("", "nvmps")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(mpsDir) })
+	r := newRig(b, "sim:a100-80gb*2", "--gpu-shares", "--driver-root="+root, "--mps-dir="+mpsDir)
+	r.register(b)
+	c := r.dra(b)
+	gpu := r.claim(b, "bench-gpu", "uid-bench-gpu", "gpu-0")
+	share := r.shareClaim(b, "bench-share", "uid-bench-share", contract.DRAShareDeviceName(1), "20Gi", 25)
+	b.Run("gpu", func(b *testing.B) { benchPrepare(b, c, gpu) })
+	b.Run("share", func(b *testing.B) { benchPrepare(b, c, share) })
 }

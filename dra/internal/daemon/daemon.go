@@ -146,11 +146,18 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	if gpus.MPS != nil {
 		opts = append(opts, driver.WithMPS(gpus.MPS))
 	}
+	if d.cfg.Shares {
+		opts = append(opts, driver.WithShares())
+	}
 	drv, err := driver.New(d.cfg.NodeName, gpus.Node, gpus.Published, gpus.CDIName, gpus.Health, state, opts...)
 	if err != nil {
 		return err
 	}
 	for _, dev := range drv.Devices() {
+		if dev.Share {
+			d.log.Info("publishing GPU share device", "device", dev.Name, "uuid", dev.UUID, "class", contract.DRAShareClass)
+			continue
+		}
 		if dev.MIG != nil {
 			d.log.Info("publishing MIG device", "device", dev.Name, "uuid", dev.MIG.UUID, "profile", dev.MIG.Profile, "parent_uuid", dev.UUID, "numa", dev.NUMANode, "cdi_device", dev.CDIName)
 			continue

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -205,6 +206,23 @@ func (r *rig) claim(t testing.TB, name, uid, device string) *drapbv1.Claim {
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)}}
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
 		{Request: "gpu", Driver: contract.DRADriver, Pool: nodeName, Device: device},
+	}}}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: types.UID(uid + "-pod")}}
+	if _, err := r.client.ResourceV1().ResourceClaims("default").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &drapbv1.Claim{Namespace: "default", Name: name, Uid: uid}
+}
+
+// shareClaim is claim for a share of device (a GPU's share device) with
+// memory and computePercent, as the scheduler allocates it.
+func (r *rig) shareClaim(t testing.TB, name, uid, device, memory string, percent int64) *drapbv1.Claim {
+	t.Helper()
+	share := types.UID(uid + "-share")
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)}}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "share", Driver: contract.DRADriver, Pool: nodeName, Device: device, ShareID: &share, ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{
+			contract.DRACapacityMemory: resource.MustParse(memory), contract.DRACapacityComputePercent: *resource.NewQuantity(percent, resource.DecimalSI)}},
 	}}}
 	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: name + "-pod", UID: types.UID(uid + "-pod")}}
 	if _, err := r.client.ResourceV1().ResourceClaims("default").Create(context.Background(), c, metav1.CreateOptions{}); err != nil {

@@ -60,6 +60,9 @@ type Device struct {
 	gpu.Device
 	// MIG is the MIG device; nil for a whole GPU.
 	MIG *gpu.MIGDevice
+	// Share marks the GPU's share device (WithShares): many claims each
+	// get a part of its memory and compute, enforced by an MPS daemon.
+	Share bool
 	// Name is the device's name in the ResourceSlice (gpu-<index>, or
 	// contract.DRAMIGDeviceName for a MIG device).
 	Name string
@@ -78,6 +81,9 @@ func (d Device) ID() string {
 
 // Describe names the device for messages.
 func (d Device) Describe() string {
+	if d.Share {
+		return fmt.Sprintf("share device %s of GPU %s", d.Name, d.UUID)
+	}
 	if d.MIG != nil {
 		return fmt.Sprintf("MIG device %s (%s on GPU %s)", d.Name, d.MIG.UUID, d.UUID)
 	}
@@ -111,6 +117,8 @@ type Driver struct {
 	claimSpecs *claimspec.Dir
 	// mps runs the MPS daemons of claims shared by MPS; nil refuses MPS.
 	mps MPSDaemons
+	// shares publishes a share device beside each whole GPU.
+	shares bool
 
 	// unhealthySince keeps each Unhealthy GPU's first Unhealthy time, so a
 	// republished taint keeps its timeAdded.
@@ -168,6 +176,8 @@ func WithClaimSpecs(dir claimspec.Dir) Option { return func(d *Driver) { d.claim
 type MPSDaemons interface {
 	// Sync runs exactly ds; an error says why none can run.
 	Sync(ds []mps.Daemon) error
+	// Wait returns once daemon id listens with its limits set.
+	Wait(ctx context.Context, id string) error
 	// Client is the host paths a client of daemon id mounts: its pipe
 	// directory and the daemons' shared memory.
 	Client(id string) (pipe, shm string)
@@ -175,6 +185,13 @@ type MPSDaemons interface {
 
 // WithMPS runs the MPS daemons of claims whose GpuConfig shares by MPS.
 func WithMPS(m MPSDaemons) Option { return func(d *Driver) { d.mps = m } }
+
+// WithShares publishes beside each GPU without MIG its share device
+// (contract.DRAShareDeviceName): claims of class contract.DRAShareClass each
+// consume part of its memory and compute (KEP-5075 consumable capacity),
+// enforced by the share's own MPS daemon (WithMPS). Every GPU then gets a
+// counter set, so the scheduler never allocates a GPU whole and in shares.
+func WithShares() Option { return func(d *Driver) { d.shares = true } }
 
 // WithFatal is called with background errors the driver cannot recover
 // from (the daemon cancels its context).
@@ -204,6 +221,9 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 	}
 	for _, g := range selected {
 		devs := []Device{{Device: g, Name: DeviceName(g), CDIName: cdiName(g.UUID)}}
+		if d.shares && !g.MIGEnabled {
+			devs = append(devs, Device{Device: g, Share: true, Name: contract.DRAShareDeviceName(g.Index), CDIName: cdiName(g.UUID)})
+		}
 		if g.MIGEnabled {
 			devs = devs[:0]
 			for i := range g.MIG {
@@ -222,7 +242,7 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 	if len(d.devices) == 0 {
 		return nil, errors.New("no device to publish: the selected GPUs have MIG mode on but no MIG devices; create them (nvidia-smi mig -cgi <profiles> -C) or disable MIG (nvidia-smi -i <index> -mig 0)")
 	}
-	d.counters = counterSets(selected)
+	d.counters = counterSets(selected, d.shares)
 	if err := d.restoreClaimSpecs(); err != nil {
 		return nil, err
 	}

@@ -77,26 +77,35 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: device %s is not published on this node (published: %s); the ResourceSlice changed after allocation: delete the pod so the claim is allocated again", name, contract.Quote(r.Device), contract.List(d.names()))
 		}
 		admin := r.AdminAccess != nil && *r.AdminAccess
-		if other, busy := held[dev.Name]; busy && !admin {
-			live, err := d.claimLive(ctx, other, dev.Name)
-			if err != nil {
-				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %s is still prepared for ResourceClaim %s and its state is unknown: %w", name, dev.Describe(), other, err)
-			}
-			if live {
-				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %s is already prepared for ResourceClaim %s; one device serves one claim: delete one of the pods", name, dev.Describe(), other)
-			}
-			d.log.Info("device still prepared for a claim that no longer holds it (kubelet unprepares it later)", "claim", name, "stale_claim", other.String(), "device", dev.Name)
+		if err := d.checkExclusive(ctx, held, dev, admin); err != nil {
+			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
 		}
 		if reason := healthy[dev.UUID]; reason != "" {
 			return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %s is Unhealthy (%s); the claim was allocated before its taint: delete the pod so the claim gets a healthy GPU", name, dev.Describe(), reason)
 		}
-		cp.Devices = append(cp.Devices, checkpoint.Device{
+		pd := checkpoint.Device{
 			Requests: []string{r.Request}, Pool: r.Pool, Device: dev.Name, UUID: dev.ID(),
 			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin, Sharing: string(configs[r.Request].Strategy()),
 			MPS: mpsLimits(configs[r.Request]),
-		})
+		}
+		switch {
+		case dev.Share && admin:
+			// A monitor of a GPU in shares: kubelet gets its share ID
+			// back; it runs as no share's MPS client.
+			if r.ShareID != nil {
+				pd.ShareID = string(*r.ShareID)
+			}
+		case dev.Share:
+			if err := d.shareDevice(&pd, dev, r, configs[r.Request]); err != nil {
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
+			}
+		}
+		cp.Devices = append(cp.Devices, pd)
 	}
-	if err := d.share(&cp); err != nil {
+	if err := oneShare(cp); err != nil {
+		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
+	}
+	if err := d.share(ctx, &cp); err != nil {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
 	}
 	if err := d.state.Put(cp); err != nil {
@@ -106,13 +115,56 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 	return resultOf(cp), nil
 }
 
-// heldBy maps each device held exclusively by a prepared claim to that claim.
-func (d *Driver) heldBy() map[string]checkpoint.Claim {
-	out := map[string]checkpoint.Claim{}
+// checkExclusive refuses dev when a live claim holds it, or holds its GPU
+// the other way (whole beside shares), unless the claim asks for admin
+// access. Shares of one GPU's share device do not exclude each other.
+func (d *Driver) checkExclusive(ctx context.Context, held map[string][]checkpoint.Claim, dev Device, admin bool) error {
+	if admin {
+		return nil
+	}
+	var names []string
+	switch {
+	case dev.Share:
+		names = []string{DeviceName(dev.Device)}
+	case dev.MIG == nil && d.shares:
+		names = []string{dev.Name, contract.DRAShareDeviceName(dev.Index)}
+	default:
+		names = []string{dev.Name}
+	}
+	for _, n := range names {
+		for _, other := range held[n] {
+			if err := d.checkHolder(ctx, dev, other, n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkHolder refuses dev while claim other, which holds device n, is live.
+func (d *Driver) checkHolder(ctx context.Context, dev Device, other checkpoint.Claim, n string) error {
+	live, err := d.claimLive(ctx, other, n)
+	if err != nil {
+		return fmt.Errorf("%s is still prepared for ResourceClaim %s and its state is unknown: %w", dev.Describe(), other, err)
+	}
+	switch {
+	case live && n != dev.Name:
+		return fmt.Errorf("%s: its GPU is already prepared for ResourceClaim %s as %s; a GPU is given whole or in shares, never both: delete one of the pods", dev.Describe(), other, n)
+	case live:
+		return fmt.Errorf("%s is already prepared for ResourceClaim %s; one device serves one claim: delete one of the pods", dev.Describe(), other)
+	}
+	d.log.Info("device still prepared for a claim that no longer holds it (kubelet unprepares it later)", "stale_claim", other.String(), "device", n)
+	return nil
+}
+
+// heldBy maps each device held by prepared claims without admin access to
+// those claims (several: a share device).
+func (d *Driver) heldBy() map[string][]checkpoint.Claim {
+	out := map[string][]checkpoint.Claim{}
 	for _, c := range d.state.All() {
 		for _, dev := range c.Devices {
 			if !dev.AdminAccess {
-				out[dev.Device] = c
+				out[dev.Device] = append(out[dev.Device], c)
 			}
 		}
 	}
@@ -174,6 +226,7 @@ func resultOf(c checkpoint.Claim) kubeletplugin.PrepareResult {
 	for _, dev := range c.Devices {
 		res.Devices = append(res.Devices, kubeletplugin.Device{
 			Requests: dev.Requests, PoolName: dev.Pool, DeviceName: dev.Device, CDIDeviceIDs: dev.CDIDeviceIDs,
+			ShareID: shareID(dev.ShareID),
 		})
 	}
 	return res

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nvinject/nvinject/cdi/spec"
 	"github.com/nvinject/nvinject/gpunode/mps"
+	"github.com/nvinject/nvinject/shared/contract"
 
 	"github.com/nvinject/nvinject/dra/internal/checkpoint"
 	"github.com/nvinject/nvinject/dra/internal/claimconfig"
@@ -39,23 +41,30 @@ func sharedOf(c checkpoint.Claim) ([]string, claimconfig.Strategy, error) {
 	return nil, "", fmt.Errorf("its requests share GPUs by different strategies (%s and %s); give the requests one sharing strategy", strategies[0], strategies[1])
 }
 
-// share writes the per-claim CDI spec of a claim that shares devices and
-// adds the claim's own device to each shared device's CDI names, so every
-// container given one gets it too.
-func (d *Driver) share(cp *checkpoint.Claim) error {
-	uuids, s, err := sharedOf(*cp)
-	if err != nil || s == "" {
+// share writes the per-claim CDI spec of a claim that shares devices, or
+// holds them with admin access, and adds the claim's own device to each
+// such device's CDI names, so every container given one gets it too.
+func (d *Driver) share(ctx context.Context, cp *checkpoint.Claim) error {
+	_, s, err := sharedOf(*cp)
+	if err != nil {
 		return err
 	}
+	admin := adminOf(*cp)
+	if s == "" && len(admin) == 0 {
+		return nil
+	}
+	if s != "" && len(admin) > 0 {
+		return errors.New("it asks for admin access and shares its GPUs by its GpuConfig; an admin-access claim only watches GPUs that other claims hold: remove its sharing config")
+	}
 	if d.claimSpecs == nil {
-		return errors.New("its GpuConfig shares GPUs, and this nvinject-dra writes no per-claim CDI specs; remove the claim's sharing config")
+		return errors.New("its GpuConfig shares GPUs, or it asks for admin access, and this nvinject-dra writes no per-claim CDI specs; remove the claim's sharing config or admin access")
 	}
 	// The UID becomes host paths (the spec file, the MPS daemon's
 	// directories, mounted into containers): checked before any is made.
 	if err := claimspec.ValidUID(cp.UID); err != nil {
 		return err
 	}
-	edits, err := d.claimEdits(*cp, uuids, s)
+	uuids, edits, err := d.claimSpecOf(*cp)
 	if err != nil {
 		return err
 	}
@@ -64,17 +73,50 @@ func (d *Driver) share(cp *checkpoint.Claim) error {
 		if err := d.syncMPS(func(c checkpoint.Claim) bool { return c.UID != cp.UID }, cp); err != nil {
 			return err
 		}
+		if err := d.waitShare(ctx, *cp); err != nil {
+			return errors.Join(err, d.syncMPS(func(c checkpoint.Claim) bool { return c.UID != cp.UID }, nil))
+		}
 	}
-	if err := d.claimSpecs.Write(cp.UID, uuids, edits); err != nil {
+	if err := d.claimSpecs.Write(cp.UID, uuids, edits, claimAnnotations(*cp)); err != nil {
 		return err
 	}
 	name := d.claimSpecs.Device(cp.UID)
 	for i := range cp.Devices {
-		if cp.Devices[i].Sharing != "" {
+		if cp.Devices[i].Sharing != "" || cp.Devices[i].AdminAccess {
 			cp.Devices[i].CDIDeviceIDs = append(slices.Clone(cp.Devices[i].CDIDeviceIDs), name)
 		}
 	}
 	return nil
+}
+
+// adminOf are the UUIDs claim c holds with admin access.
+func adminOf(c checkpoint.Claim) []string {
+	var out []string
+	for _, dev := range c.Devices {
+		if dev.AdminAccess {
+			out = append(out, dev.UUID)
+		}
+	}
+	return out
+}
+
+// claimSpecOf is what claim c's own CDI device names and gives: the GPUs
+// it shares and their edits, or the GPUs it holds with admin access and
+// the claim's UID in the environment. Empty for a claim with neither.
+func (d *Driver) claimSpecOf(c checkpoint.Claim) ([]string, specs.ContainerEdits, error) {
+	uuids, s, err := sharedOf(c)
+	if err != nil {
+		return nil, specs.ContainerEdits{}, err
+	}
+	if s != "" {
+		edits, err := d.claimEdits(c, uuids, s)
+		return uuids, edits, err
+	}
+	admin := adminOf(c)
+	if len(admin) == 0 {
+		return nil, specs.ContainerEdits{}, nil
+	}
+	return admin, specs.ContainerEdits{Env: []string{contract.EnvSharedClaim + "=" + c.UID}}, nil
 }
 
 // restoreClaimSpecs makes the per-claim specs match the checkpoint after a
@@ -89,8 +131,8 @@ func (d *Driver) restoreClaimSpecs() error {
 		if !ok {
 			return false
 		}
-		_, s, err := sharedOf(c)
-		return err == nil && s != ""
+		uuids, _, err := d.claimSpecOf(c)
+		return err == nil && len(uuids) > 0
 	})
 	if err != nil {
 		return err
@@ -102,15 +144,14 @@ func (d *Driver) restoreClaimSpecs() error {
 		d.log.Error("the MPS daemons of prepared claims cannot run; their containers cannot start CUDA", "error", err)
 	}
 	for _, c := range d.state.All() {
-		uuids, s, err := sharedOf(c)
-		if err != nil || s == "" {
-			continue
-		}
-		edits, err := d.claimEdits(c, uuids, s)
+		uuids, edits, err := d.claimSpecOf(c)
 		if err != nil {
 			return fmt.Errorf("restore the CDI spec of shared ResourceClaim %s: %w", c, err)
 		}
-		if err := d.claimSpecs.Write(c.UID, uuids, edits); err != nil {
+		if len(uuids) == 0 {
+			continue
+		}
+		if err := d.claimSpecs.Write(c.UID, uuids, edits, claimAnnotations(c)); err != nil {
 			return fmt.Errorf("restore the CDI spec of shared ResourceClaim %s: %w", c, err)
 		}
 	}

@@ -3,6 +3,7 @@ package driver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -258,6 +259,15 @@ func (f *fakeMPS) Sync(ds []gpumps.Daemon) error {
 	}
 	f.synced = append(f.synced, ds)
 	return nil
+}
+
+// Wait finds the daemon ready once it is wanted: the manager's own wait is
+// gpunode/mps's test.
+func (f *fakeMPS) Wait(_ context.Context, id string) error {
+	if len(f.synced) > 0 && slices.ContainsFunc(f.last(), func(d gpumps.Daemon) bool { return d.ID == id }) {
+		return nil
+	}
+	return errors.New("daemon " + id + " not wanted")
 }
 
 func (f *fakeMPS) Client(id string) (string, string) {

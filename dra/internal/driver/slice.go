@@ -115,6 +115,12 @@ func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 		contract.DRACapacityMemory: {Value: bytesQuantity(g.MemoryBytes)},
 	}
+	allowMultiple := (*bool)(nil)
+	if g.Share {
+		attrs[contract.DRAAttrType] = str(contract.DRATypeShare)
+		capacity = shareCapacity(g.MemoryBytes)
+		allowMultiple = &g.Share
+	}
 	if m := g.MIG; m != nil {
 		delete(attrs, contract.DRAAttrIndex)
 		delete(attrs, contract.DRAAttrMinor)
@@ -145,7 +151,33 @@ func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 		attrs[contract.DRAAttrNUMANode] = num(g.NUMANode)
 		attrs[deviceattribute.StandardDeviceAttributeNUMANode] = num(g.NUMANode)
 	}
-	return resourceapi.Device{Name: g.Name, Attributes: attrs, Capacity: capacity, ConsumesCounters: d.consumes(g)}
+	return resourceapi.Device{Name: g.Name, Attributes: attrs, Capacity: capacity, ConsumesCounters: d.consumes(g), AllowMultipleAllocations: allowMultiple}
+}
+
+// Share request policy: memory in steps of ShareMemoryStep from one step
+// to the whole GPU, ShareMemoryDefault when the request names none; compute
+// in whole percents, ShareComputeDefault when the request names none.
+const (
+	ShareMemoryStep     = 256 << 20
+	ShareMemoryDefault  = 1 << 30
+	ShareComputeDefault = 10
+)
+
+// shareCapacity is a share device's consumable capacity (KEP-5075): the
+// GPU's memory and 100 compute percent, each with its request policy, so
+// the scheduler hands out shares whose sum fits the GPU.
+func shareCapacity(memory uint64) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+	q := func(v int64, f resource.Format) *resource.Quantity { return resource.NewQuantity(v, f) }
+	return map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+		contract.DRACapacityMemory: {Value: bytesQuantity(memory), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    q(ShareMemoryDefault, resource.BinarySI),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q(ShareMemoryStep, resource.BinarySI), Max: q(int64(memory), resource.BinarySI), Step: q(ShareMemoryStep, resource.BinarySI)},
+		}},
+		contract.DRACapacityComputePercent: {Value: *q(100, resource.DecimalSI), RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    q(ShareComputeDefault, resource.DecimalSI),
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: q(1, resource.DecimalSI), Max: q(100, resource.DecimalSI), Step: q(1, resource.DecimalSI)},
+		}},
+	}
 }
 
 // SetHeld replaces the set of GPUs and MIG devices that pods given them by

@@ -41,6 +41,10 @@ type Record struct {
 	DriverMounts, SpecMounts int
 	// UUIDs are the GPUs admitted.
 	UUIDs []string
+	// Admin: admitted through a claim with admin access; Beside are the
+	// pods holding those GPUs then.
+	Admin  bool
+	Beside []string
 }
 
 // Assignment is what kubelet's PodResources assigned the container.
@@ -63,7 +67,7 @@ func (r Record) Bounded() Record {
 		*s = contract.Cut(*s, 2*MaxItem)
 	}
 	r.Error = contract.Cut(r.Error, contract.MaxError)
-	for _, l := range []*[]string{&r.CDI, &r.Devices, &r.Env, &r.UUIDs, &r.Assigned.DeviceIDs, &r.Assigned.Claims} {
+	for _, l := range []*[]string{&r.CDI, &r.Devices, &r.Env, &r.UUIDs, &r.Beside, &r.Assigned.DeviceIDs, &r.Assigned.Claims} {
 		*l = bound(*l)
 	}
 	return r
@@ -93,6 +97,9 @@ func (r Record) LogAttrs() []any {
 	a := []any{"pod", r.Namespace + "/" + r.Pod, "container", r.Container, "runtime_handler", r.RuntimeHandler, "pod_uid", r.PodUID}
 	if r.Admitted {
 		a = append(a, "uuids", r.UUIDs)
+		if r.Admin {
+			a = append(a, "admin_access", true, "beside", r.Beside)
+		}
 	} else {
 		a = append(a, "reason", r.Reason, "error", r.Error)
 	}
@@ -113,6 +120,12 @@ func (r Record) Note() contract.AuditNote {
 		checked = "not reached"
 	}
 	verdict := "admitted " + list(r.UUIDs)
+	switch {
+	case r.Admin && len(r.Beside) == 0:
+		verdict += " with admin access beside no other pod"
+	case r.Admin:
+		verdict += " with admin access beside " + list(r.Beside)
+	}
 	if !r.Admitted {
 		verdict = "refused " + r.Reason + ": " + r.Error
 	}

@@ -33,19 +33,25 @@ func holderOf(pod *api.PodSandbox, ctr *api.Container, units []unit) holder {
 // unit is a GPU or MIG device a container holds; parent is a MIG device's
 // GPU ("" for a whole GPU, or a MIG device whose parent is not known);
 // replicas is how many pods may share it (time-slicing; 0 or 1: one);
-// claim is the UID of the shared claim it is held through ("" for none).
+// claim is the UID of the shared claim it is held through ("" for none);
+// share marks a GPU held through a claim's GPU share, admin one held
+// through a claim with admin access (a monitor).
 type unit struct {
 	uuid, parent string
 	replicas     int
 	claim        string
+	share, admin bool
 }
 
 // clashes reports whether u and o cannot serve two pods: the same GPU or
 // MIG device, or a whole GPU and a MIG device on it. MIG devices of one
 // GPU can; a shared device can serve up to its replicas (shares); the
-// pods of one shared claim share its devices.
+// pods of one shared claim share its devices; the pods of GPU shares share
+// their GPU (the scheduler keeps the shares within its capacity), never
+// with a pod holding it whole. A claim with admin access (which the API
+// server allows only in namespaces labeled for it) watches GPUs others hold.
 func (u unit) clashes(o unit) bool {
-	if u.claim != "" && u.claim == o.claim {
+	if (u.claim != "" && u.claim == o.claim) || (u.share && o.share) || u.admin || o.admin {
 		return false
 	}
 	return (u.uuid == o.uuid && !u.shared()) || (u.parent != "" && u.parent == o.uuid) || (o.parent != "" && o.parent == u.uuid)
@@ -57,12 +63,12 @@ func (u unit) shared() bool { return u.replicas > 1 }
 // already hold up to its replicas, and who they are.
 func overShared(mine []unit, pods map[string][]unit) (unit, []string, bool) {
 	for _, u := range mine {
-		if !u.shared() {
+		if !u.shared() || u.admin {
 			continue
 		}
 		var who []string
 		for pod, us := range pods {
-			if slices.ContainsFunc(us, func(o unit) bool { return o.uuid == u.uuid }) {
+			if slices.ContainsFunc(us, func(o unit) bool { return o.uuid == u.uuid && !o.admin }) {
 				who = append(who, pod)
 			}
 		}
@@ -77,15 +83,16 @@ func overShared(mine []unit, pods map[string][]unit) (unit, []string, bool) {
 // units are the held units of uuids: gpus (the container's resolved
 // units) name MIG devices' parents, else parentOf; shares names the shared
 // claim each is held through.
-func (h *Handler) units(uuids []string, gpus []verify.GPU, shares map[string]string) []unit {
+func (h *Handler) units(uuids []string, gpus []verify.GPU, shares map[string]sharedClaim) []unit {
 	out := make([]unit, 0, len(uuids))
 	for _, u := range uuids {
-		i := slices.IndexFunc(gpus, func(g verify.GPU) bool { return g.UUID == u })
-		if i >= 0 && gpus[i].MIG.ParentUUID != "" {
-			out = append(out, unit{uuid: u, parent: gpus[i].MIG.ParentUUID, replicas: h.replicasOf(u), claim: shares[u]})
+		var parent string
+		if i := slices.IndexFunc(gpus, func(g verify.GPU) bool { return g.UUID == u }); i >= 0 && gpus[i].MIG.ParentUUID != "" {
+			parent = gpus[i].MIG.ParentUUID
 		} else {
-			out = append(out, unit{uuid: u, parent: h.parentOf(u), replicas: h.replicasOf(u), claim: shares[u]})
+			parent = h.parentOf(u)
 		}
+		out = append(out, unit{uuid: u, parent: parent, replicas: h.replicasOf(u), claim: shares[u].uid, share: shares[u].share != "", admin: shares[u].admin})
 	}
 	return out
 }
@@ -161,6 +168,27 @@ func (r *holders) admit(id string, h holder) (holder, unit, unit, bool) {
 	}
 	r.byCtr[id] = h
 	return holder{}, unit{}, unit{}, false
+}
+
+// beside names the pods other than h's that hold a GPU or MIG device that
+// h holds with admin access (or its parent or MIG devices), sorted: whom a
+// monitor watches.
+func (r *holders) beside(h holder) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, o := range r.byCtr {
+		if o.samePod(h) || slices.Contains(out, o.pod) {
+			continue
+		}
+		if slices.ContainsFunc(h.units, func(u unit) bool {
+			return u.admin && slices.ContainsFunc(o.units, func(ou unit) bool { return !ou.admin && unit{uuid: u.uuid, parent: u.parent}.clashes(ou) })
+		}) {
+			out = append(out, o.pod)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (r *holders) release(id string) {
@@ -253,7 +281,7 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []un
 						continue
 					}
 					for _, u := range deviceUUIDs(d) {
-						theirs := unit{uuid: u, parent: cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u)), claim: shared[u]}
+						theirs := unit{uuid: u, parent: cmp.Or(d.Annotations[contract.MIGParentAnnotation], h.parentOf(u)), claim: shared[u].uid, share: shared[u].share != "", admin: shared[u].admin}
 						if err := clash(theirs, who, "through DRA "+cl.String()); err != nil {
 							return err
 						}
@@ -281,6 +309,13 @@ func (h *Handler) heldError(mine, theirs unit, who, via string) error {
 		held += " is on GPU " + theirs.uuid + ", which"
 	default:
 		held = "GPU " + mine.uuid + " has " + h.name(theirs) + ", which"
+	}
+	if mine.share != theirs.share && mine.uuid == theirs.uuid {
+		how := "whole"
+		if theirs.share {
+			how = "in shares"
+		}
+		return fmt.Errorf("%s is held %s by %s %s; a GPU is given whole or in shares, never both: delete that pod", held, how, who, via)
 	}
 	if mine.claim != "" {
 		return fmt.Errorf("%s is held by %s %s, not through shared claim %s; a shared claim's GPU serves only the pods of that claim: delete that pod, or reference the same ResourceClaim", held, who, via, mine.claim)

@@ -25,10 +25,13 @@ func (h *Handler) isClaimDevice(n string) bool {
 }
 
 // sharedClaim is the claim a per-claim CDI device stands for, and the GPUs
-// and MIG devices it shares.
+// and MIG devices it shares; share is the allocation's share ID when the
+// claim holds a GPU share (consumable capacity).
 type sharedClaim struct {
 	uid   string
 	uuids []string
+	share string
+	admin bool
 }
 
 // sharedClaimOf reads a resolved device's shared-claim annotations; ok is
@@ -38,16 +41,17 @@ func (h *Handler) sharedClaimOf(d resolve.Device) (sharedClaim, bool) {
 	if uid == "" || d.Name != contract.SharedClaimDevice(h.vendor, uid) {
 		return sharedClaim{}, false
 	}
-	return sharedClaim{uid: uid, uuids: contract.ParseSharedClaimUUIDs(d.Annotations[contract.SharedClaimUUIDsAnnotation])}, true
+	return sharedClaim{uid: uid, uuids: contract.ParseSharedClaimUUIDs(d.Annotations[contract.SharedClaimUUIDsAnnotation]), share: d.Annotations[contract.GPUShareAnnotation],
+		admin: d.Annotations[contract.AdminAccessAnnotation] == "true"}, true
 }
 
 // shares maps each GPU or MIG UUID that r's shared claims share to the
-// claim's UID. Each must be a GPU the container gets and, where kubelet
+// claim. Each must be a GPU the container gets and, where kubelet
 // was asked, one it gets through a GPU device of the same claim that names
 // the claim's own device: a claim's device beside a GPU from elsewhere
 // shares nothing and is refused.
-func (h *Handler) shares(r *request) (map[string]string, error) {
-	out := map[string]string{}
+func (h *Handler) shares(r *request) (map[string]sharedClaim, error) {
+	out := map[string]sharedClaim{}
 	got := verify.UUIDs(r.gpus)
 	for _, d := range r.res.Devices {
 		sc, ok := h.sharedClaimOf(d)
@@ -66,10 +70,10 @@ func (h *Handler) shares(r *request) (map[string]string, error) {
 			if !slices.Contains(got, u) || (r.kubelet != nil && !slices.Contains(through, u)) {
 				return nil, refuse(ReasonSharedClaim, fmt.Errorf("%s: CDI device %s shares %s through claim %s, which the container does not get through that claim (it gets %s); a shared claim shares only its own GPUs: reference the claim for the GPU, not a GPU from elsewhere", r.who, d.Name, u, sc.uid, contract.List(got)))
 			}
-			if other, dup := out[u]; dup && other != sc.uid {
-				return nil, refuse(ReasonSharedClaim, fmt.Errorf("%s: %s is shared through claims %s and %s; a GPU is shared through one claim", r.who, u, other, sc.uid))
+			if other, dup := out[u]; dup && other.uid != sc.uid {
+				return nil, refuse(ReasonSharedClaim, fmt.Errorf("%s: %s is shared through claims %s and %s; a GPU is shared through one claim", r.who, u, other.uid, sc.uid))
 			}
-			out[u] = sc.uid
+			out[u] = sc
 		}
 	}
 	return out, nil
@@ -88,9 +92,9 @@ func (h *Handler) claimGPUs(names []string, res resolve.Result) []string {
 }
 
 // theirShares maps the UUIDs another pod's claim (its CDI names) shares to
-// the claim's UID, from the claim's own device in the spec.
-func (h *Handler) theirShares(names []string) map[string]string {
-	out := map[string]string{}
+// the claim, from the claim's own device in the spec.
+func (h *Handler) theirShares(names []string) map[string]sharedClaim {
+	out := map[string]sharedClaim{}
 	for _, n := range names {
 		if !h.isClaimDevice(n) {
 			continue
@@ -101,7 +105,7 @@ func (h *Handler) theirShares(names []string) map[string]string {
 		}
 		if sc, ok := h.sharedClaimOf(d); ok {
 			for _, u := range sc.uuids {
-				out[u] = sc.uid
+				out[u] = sc
 			}
 		}
 	}
@@ -111,7 +115,7 @@ func (h *Handler) theirShares(names []string) map[string]string {
 // runningShares is what a running container shares, for Synchronize: the
 // claim its environment names (contract.EnvSharedClaim, set by the claim's
 // own CDI device) and the UUIDs that claim's device in the spec shares.
-func (h *Handler) runningShares(ctr *api.Container) map[string]string {
+func (h *Handler) runningShares(ctr *api.Container) map[string]sharedClaim {
 	for _, kv := range ctr.GetEnv() {
 		if uid, ok := strings.CutPrefix(kv, contract.EnvSharedClaim+"="); ok && uid != "" {
 			return h.theirShares([]string{contract.SharedClaimDevice(h.vendor, uid)})

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/containerd/nri/pkg/api"
 
@@ -39,6 +40,9 @@ func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 				h.heldError(mine, theirs, who, via)))
 			h.refused(pod, ctr, c.rec, err)
 			return err
+		}
+		if slices.ContainsFunc(c.units, func(u unit) bool { return u.admin }) {
+			c.rec.Admin, c.rec.Beside = true, h.holders.beside(holderOf(pod, ctr, c.units))
 		}
 		h.admitted(pod, ctr, c.rec, c.uuids)
 	}
@@ -126,6 +130,9 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 	}
 	shares, err := h.shares(r)
 	if err != nil {
+		return c, err
+	}
+	if err := h.checkShare(r, final); err != nil {
 		return c, err
 	}
 	c.units = h.units(c.uuids, r.gpus, shares)
