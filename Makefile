@@ -28,15 +28,15 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TAGS := nri_no_wasm,grpcnotrace
 export GOFLAGS ?= -buildvcs=false -tags=$(TAGS)
 
-include e2e/tools/tools.mk
-include e2e/helm/helm.mk
+include e2e/harness/tools/tools.mk
+include e2e/harness/helm/helm.mk
 include deploy/images.mk
-include e2e/cluster/cluster.mk
-include e2e/injbench/injbench.mk
+include e2e/tests/cluster/cluster.mk
+include e2e/bench/injbench/injbench.mk
 include e2e/e2e.mk
-include e2e/driverroot/driverroot.mk
+include e2e/harness/driverroot/driverroot.mk
 include e2e/soak.mk
-include e2e/kwok/kwok.mk
+include e2e/harness/kwok/kwok.mk
 
 # The shipped programs (bin/, the release images).
 CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
@@ -46,6 +46,8 @@ CMDS := $(MODULE)/cdi/cmd/nvinject-cdi \
 	$(MODULE)/fleet/cmd/... \
 	$(MODULE)/nri/cmd/... \
 	$(MODULE)/deploy/cmd/...
+# The test and demo equipment's programs (_out/equipment/).
+EQUIPMENT_CMDS := $(MODULE)/e2e/cmd/... $(MODULE)/e2e/demo $(MODULE)/e2e/harness/cmd/... $(MODULE)/e2e/bench/cmd/...
 # The packages that make up the GPU simulation; no shipped program links one.
 SIM_PKGS := $(MODULE)/shared/gpu/sim $(MODULE)/gpunode/simdebug $(MODULE)/nri/internal/simfault \
 	$(MODULE)/cdi/simulation $(MODULE)/dra/scalesim github.com/NVIDIA/go-nvml/pkg/nvml/mock
@@ -60,7 +62,7 @@ build: equipment ## the shipped programs into bin/ (no simulation), the test and
 .PHONY: equipment
 equipment: ## the test and demo equipment and a SIMULATION build of each shipped program, into _out/equipment/
 	@mkdir -p $(EQUIPMENT)
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(EQUIPMENT)/ $(CMDS) $(MODULE)/e2e/cmd/...
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(EQUIPMENT)/ $(CMDS) $(EQUIPMENT_CMDS)
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(EQUIPMENT)/nvidia-smi-sim $(MODULE)/cdi/simulation/cmd/nvidia-smi-sim
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(EQUIPMENT)/nvinject-cdi-hook $(MODULE)/cdi/cmd/nvinject-cdi-hook
 
@@ -80,7 +82,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # Packages that need root, the pinned node tools or a whole local node.
-NODE_ONLY := -e '/e2e/scenarios$$' -e '/e2e/fleet$$' -e '/e2e/localnode$$' -e '/e2e/cmd/nvinject-injbench$$' -e '/e2e/scale$$'
+NODE_ONLY := -e '/e2e/tests/scenarios$$' -e '/e2e/tests/multinode$$' -e '/e2e/harness/kubelocal$$' -e '/e2e/bench/cmd/injbench$$' -e '/e2e/bench/scale$$'
 .PHONY: unit
 unit: ## unit tests only: no root, no tools build, no local node
 	NVINJECT_TOOLS_BIN= $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
@@ -89,12 +91,12 @@ unit: ## unit tests only: no root, no tools build, no local node
 # kubelet's device-plugin dir and the node's ports are machine-wide. The
 # doctor's fault tests run on the local node here; the GPU scenarios are
 # `make e2e`.
-NODE_PKGS := $(MODULE)/e2e/localnode $(MODULE)/e2e/cmd/nvinject-injbench $(MODULE)/e2e/scale
+NODE_PKGS := $(MODULE)/e2e/harness/kubelocal $(MODULE)/e2e/bench/cmd/injbench $(MODULE)/e2e/bench/scale
 .PHONY: test
 test: tools helm kwok build sim-images ## unit, integration and local-node tests
 	NVINJECT_BIN=$(EQUIPMENT) NVINJECT_SHIPPED_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
-	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/scenarios/
+	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/tests/scenarios/
 	$(MAKE) --no-print-directory gpu-dry-run
 
 STATICCHECK_VERSION := v0.8.2

@@ -1,6 +1,6 @@
 // Package doctor walks the chain of one nvidia.com/gpu request (driver →
 // device plugin → scheduler → kubelet Allocate → NRI plugin → CDI/containerd →
-// application) on a node and gives each row of the seed's troubleshooting
+// application) on a node and gives each row of the GPU troubleshooting
 // table a verdict: ok, broken or unknown, with the evidence it read and
 // the fix.
 //
@@ -25,7 +25,7 @@
 // for in-process callers. An input that cannot be read makes its layers
 // unknown, never ok.
 //
-// Faults and the layer that reports them (for e2e/localnode fault tests,
+// Faults and the layer that reports them (for e2e/harness/kubelocal fault tests,
 // which call Run in-process):
 //
 //	fault                                     layer         verdict evidence / fix

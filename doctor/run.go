@@ -10,7 +10,7 @@ import (
 	"github.com/nvinject/nvinject/doctor/render"
 )
 
-// The names in-process callers (e2e/scenarios, e2e/cluster) read a report
+// The names in-process callers (e2e/tests/scenarios, e2e/tests/cluster) read a report
 // by, so they need not know which pipeline package defines each.
 type (
 	Options = collect.Options

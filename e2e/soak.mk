@@ -1,4 +1,4 @@
-# Included by the root Makefile (after e2e/tools/tools.mk and e2e/e2e.mk).
+# Included by the root Makefile (after e2e/harness/tools/tools.mk and e2e/e2e.mk).
 # Needs root, like make e2e.
 
 # make soak: the GPU Deployment (vLLM stand-in) kept running on the local
@@ -15,4 +15,4 @@ SOAK_BUDGET ?= 15m
 .PHONY: soak
 soak: build sim-images tools ## the long soak on the local node: kubelet and containerd restarts, daemon kills, spec churn (root)
 	NVINJECT_SOAK_KUBELET=$(SOAK_KUBELET) NVINJECT_SOAK_CONTAINERD=$(SOAK_CONTAINERD) NVINJECT_SOAK_KILLS=$(SOAK_KILLS) NVINJECT_SOAK_BUDGET=$(SOAK_BUDGET) \
-	NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -v -timeout 30m -run '^TestSoak$$' $(MODULE)/e2e/scenarios/
+	NVINJECT_TOOLS_BIN=$(NVINJECT_TOOLS_BIN) NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -v -timeout 30m -run '^TestSoak$$' $(MODULE)/e2e/tests/scenarios/

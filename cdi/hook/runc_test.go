@@ -20,12 +20,12 @@ import (
 )
 
 // runc finds the pinned runc the local node uses: $NVINJECT_TOOLS_BIN,
-// else what e2e/tools/build.sh --print-bin names.
+// else what e2e/harness/tools/build.sh --print-bin names.
 func runc(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("NVINJECT_TOOLS_BIN")
 	if dir == "" {
-		if script, err := filepath.Abs("../../e2e/tools/build.sh"); err == nil {
+		if script, err := filepath.Abs("../../e2e/harness/tools/build.sh"); err == nil {
 			if out, err := exec.Command(script, "--print-bin").Output(); err == nil {
 				dir = strings.TrimSpace(string(out))
 			}

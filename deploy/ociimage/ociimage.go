@@ -81,7 +81,7 @@ func WithLabels(l map[string]string) Option {
 func WithLdd(p string) Option { return func(i *Image) { i.ldd = p } }
 
 // WithBaseLayer makes the root filesystem tar at tarPath (uncompressed, e.g. the one
-// e2e/bookworm/build.sh makes) the image's first layer, as it is. The added files form
+// e2e/harness/bookworm/build.sh makes) the image's first layer, as it is. The added files form
 // the second layer; their parent directories resolve through the base's symlinks
 // (/lib -> usr/lib in a merged-/usr Debian), so an added file never replaces such a link
 // with a directory, and directories the base has keep their entries there.

@@ -59,7 +59,7 @@ func allConditions(t *testing.T, conds []admissionv1.MatchCondition, pod *corev1
 	return true
 }
 
-// admissionPod builds a pod as a user writes it: the seed's is
+// admissionPod builds a pod as a user writes it: the example's is
 // RuntimeClass nvidia, limits <resource>: 1 and no annotation.
 func admissionPod(runtimeClass string, limits, initLimits corev1.ResourceList, annotations map[string]string) *corev1.Pod {
 	p := &corev1.Pod{
@@ -78,7 +78,7 @@ func admissionPod(runtimeClass string, limits, initLimits corev1.ResourceList, a
 
 // checkAdmissionPolicies: the mutating policy annotates exactly the pods the
 // validating policy demands the annotation of, unless they name required
-// plugins themselves; after it, the seed's pod passes the validating
+// plugins themselves; after it, the example pod passes the validating
 // policy, and pods that drop nvinject or override it per container are
 // still refused.
 func checkAdmissionPolicies(t *testing.T, o objects, runtimeClass, res, plugin string) {
@@ -108,7 +108,7 @@ func checkAdmissionPolicies(t *testing.T, o objects, runtimeClass, res, plugin s
 		// admitted: what the validating policy says after the mutation.
 		admitted bool
 	}{
-		{"seed pod", admissionPod(runtimeClass, gpu, nil, nil), true, true},
+		{"example pod", admissionPod(runtimeClass, gpu, nil, nil), true, true},
 		{"RuntimeClass only", admissionPod(runtimeClass, nil, nil, nil), true, true},
 		{"GPU request without the RuntimeClass", admissionPod("", gpu, nil, nil), true, true},
 		{"GPU request in an init container", admissionPod("", nil, gpu, nil), true, true},

@@ -159,7 +159,7 @@ func checkDRADaemonSet(t *testing.T, ds appsv1.DaemonSet, local bool) {
 		t.Errorf("NODE_NAME = %+v, want the downward API's spec.nodeName", e)
 	}
 	if e := env["NVIDIA_VISIBLE_DEVICES"]; e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil || e.ValueFrom.ConfigMapKeyRef.Key != "selected-gpu-uuid" {
-		t.Errorf("NVIDIA_VISIBLE_DEVICES = %+v, want the seed's ConfigMap key", e)
+		t.Errorf("NVIDIA_VISIBLE_DEVICES = %+v, want the ConfigMap key", e)
 	}
 	mounts := map[string]string{}
 	for _, m := range c.VolumeMounts {

@@ -12,8 +12,8 @@ import (
 
 const requiredPlugins = "required-plugins.noderesource.dev/pod"
 
-// checkGPUPod: as the seed writes it: RuntimeClass nvidia, one GPU by limit
-// only (the seed omits the request), and no required-plugins annotation.
+// checkGPUPod: as a user writes it: RuntimeClass nvidia, one GPU by limit
+// only (the example omits the request), and no required-plugins annotation.
 func checkGPUPod(t *testing.T, name string, annotations map[string]string, spec corev1.PodSpec) {
 	t.Helper()
 	if spec.RuntimeClassName == nil || *spec.RuntimeClassName != "nvidia" {
@@ -24,10 +24,10 @@ func checkGPUPod(t *testing.T, name string, annotations map[string]string, spec 
 		t.Errorf("%s: limits nvidia.com/gpu = %v, want 1", name, c.Resources.Limits)
 	}
 	if _, ok := c.Resources.Requests["nvidia.com/gpu"]; ok {
-		t.Errorf("%s: requests nvidia.com/gpu; the seed sets the limit only", name)
+		t.Errorf("%s: requests nvidia.com/gpu; the example sets the limit only", name)
 	}
 	if v, ok := annotations[requiredPlugins]; ok {
-		t.Errorf("%s: annotation %s = %q; the seed writes none (nvinject-add-required-nri-plugin adds it at admission)", name, requiredPlugins, v)
+		t.Errorf("%s: annotation %s = %q; the example writes none (nvinject-add-required-nri-plugin adds it at admission)", name, requiredPlugins, v)
 	}
 }
 

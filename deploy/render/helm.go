@@ -16,7 +16,7 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// Release names the Helm release Helm renders; Namespace is the seed's.
+// Release names the Helm release Helm renders; Namespace is the manifests'.
 const (
 	Release   = "nvinject"
 	Namespace = contract.Namespace

@@ -273,7 +273,7 @@ func checkProbes(t *testing.T, name string, c corev1.Container) {
 	}
 }
 
-// TestDevicePluginEnvIsTheSeeds: the env block is the seed's, verbatim,
+// TestDevicePluginEnvIsTheSeeds: the env block is the example's, verbatim,
 // then NODE_NAME (the Node the GPU labels go on) and on the local node the
 // API server's loopback address.
 func TestDevicePluginEnvIsTheSeeds(t *testing.T) {

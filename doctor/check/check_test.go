@@ -20,7 +20,7 @@ func f64(v float64) *float64 { return &v }
 // ownSpec is the device plugin's CDI spec.
 const ownSpec = "/var/run/cdi/nvidia.com-gpu.yaml"
 
-// healthy is the seed's working chain: one A100 selected, registered,
+// healthy is the working GPU chain: one A100 selected, registered,
 // healthy, held by the vLLM pod that runs.
 func healthy() evidence.Evidence {
 	return evidence.Evidence{
@@ -336,14 +336,14 @@ func TestTables(t *testing.T) {
 			t.Fatalf("%s table has %d checks, want %d", name, len(table), len(chain))
 		}
 		for i, c := range table {
-			if c.Layer != chain[i] || c.Symptom == "" || c.Seed == "" || c.Reads == "" || c.Eval == nil {
-				t.Errorf("%s table row %d = %+v, want layer %s with symptom, seed, reads and eval", name, i, c, chain[i])
+			if c.Layer != chain[i] || c.Symptom == "" || c.Row == "" || c.Reads == "" || c.Eval == nil {
+				t.Errorf("%s table row %d = %+v, want layer %s with symptom, row, reads and eval", name, i, c, chain[i])
 			}
 		}
 	}
 	for i, c := range DevicePlugin {
-		if d := DRA[i]; d.Seed != c.Seed {
-			t.Errorf("layer %s answers seed row %q on a DRA node, %q on a device-plugin node", c.Layer, d.Seed, c.Seed)
+		if d := DRA[i]; d.Row != c.Row {
+			t.Errorf("layer %s answers troubleshooting row %q on a DRA node, %q on a device-plugin node", c.Layer, d.Row, c.Row)
 		}
 	}
 }

@@ -14,7 +14,7 @@ const (
 	unhealthyTaint = contract.DRATaintKey + "=xid:NoSchedule"
 )
 
-// healthyDRA is the seed's chain on a DRA-mode node: nvinject-dra
+// healthyDRA is the GPU chain on a DRA-mode node: nvinject-dra
 // registered, its slice offering the GPU, DeviceClass serving
 // nvidia.com/gpu, and the scheduler's claim for the vLLM pod's
 // nvidia.com/gpu: 1 allocated, prepared and healthy.

@@ -13,7 +13,7 @@ const cuInitNoDevice = 100
 
 // probeFindings adds what the probe says to the application layer: a
 // library that does not load, or a cuInit failure other than "no device",
-// is the seed's last row (driver/user-space compatibility).
+// is the troubleshooting table's last row (driver/user-space compatibility).
 func probeFindings(ref evidence.PodRef, p *evidence.ProbeResult, f *finding) {
 	switch {
 	case p == nil:

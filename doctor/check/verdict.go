@@ -17,7 +17,7 @@ const (
 	Unknown Status = "unknown"
 )
 
-// Layer names one row of the seed's troubleshooting table. The names are
+// Layer names one row of the GPU troubleshooting table. The names are
 // part of the JSON output and stay stable.
 type Layer string
 

@@ -89,7 +89,7 @@ type Options struct {
 // defaultAPITimeout bounds each request to the API server.
 const defaultAPITimeout = 10 * time.Second
 
-// Defaults are the seed's paths, names and ports.
+// Defaults are the default paths, names and ports.
 func Defaults() Options {
 	return Options{
 		KubeletDir:         "/var/lib/kubelet/device-plugins",

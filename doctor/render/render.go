@@ -67,15 +67,15 @@ func orDash(s string) string {
 	return s
 }
 
-// WriteExplain writes what each layer means: the seed's troubleshooting
+// WriteExplain writes what each layer means: the GPU troubleshooting
 // row, the evidence the doctor reads for it, and what each verdict says.
 func WriteExplain(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "LAYER\tSEED ROW (symptom → what to check)\tTHE DOCTOR READS")
+	fmt.Fprintln(tw, "LAYER\tTROUBLESHOOTING ROW (symptom → what to check)\tTHE DOCTOR READS")
 	// The tables pair layer for layer; a DRA row of its own follows the
 	// device plugin's where the layer reads DRA's objects.
 	for i, c := range check.DevicePlugin {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Layer, c.Seed, c.Reads)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Layer, c.Row, c.Reads)
 		if d := check.DRA[i]; d.Symptom != c.Symptom || d.Reads != c.Reads {
 			fmt.Fprintf(tw, "\tDRA node: %s\t%s\n", d.Symptom, d.Reads)
 		}

@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-// Query is the seed's worker check, with MIG mode pending a reset.
+// Query is the worker check (nvidia-smi on the worker), with MIG mode pending a reset.
 var Query = []string{"--query-gpu=index,uuid,name,mig.mode.current,mig.mode.pending", "--format=csv,noheader"}
 
 // MIGEnabled is mig.mode.current of a GPU with MIG mode on.
@@ -36,7 +36,7 @@ type Result struct {
 }
 
 // Run executes the command line with the query appended. The command may
-// carry a prefix that reaches the worker, as the seed does:
+// carry a prefix that reaches the worker, as the nvkind setup does:
 // "docker exec k8s-ai-infra-worker nvidia-smi".
 func Run(ctx context.Context, command string) (Result, error) {
 	r, err := run(ctx, command, Query...)

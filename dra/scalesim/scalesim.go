@@ -7,7 +7,7 @@
 // ResourceSlice controller with the Node as owner, as the kubelet plugin helper does.
 // A node's reported health (what nvinject-dra's limiter delivered) is set from
 // outside (SetReported) and becomes device taints through the driver's own slice
-// code. The fleet-scale simulator (e2e/cmd/nvinject-scale) runs thousands on a
+// code. The fleet-scale simulator (e2e/bench/cmd/scale-sim) runs thousands on a
 // control plane with fake nodes; nvinject-dra itself does not use this package.
 package scalesim
 

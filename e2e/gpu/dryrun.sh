@@ -5,7 +5,7 @@
 #
 #   e2e/gpu/dryrun.sh BUNDLE.tar.gz LAYOUT...
 #
-# Environment: DRIVER_VERSION (e2e/driverroot/build.sh's default when unset).
+# Environment: DRIVER_VERSION (e2e/harness/driverroot/build.sh's default when unset).
 set -euo pipefail
 
 bundle=${1:?usage: dryrun.sh BUNDLE.tar.gz LAYOUT...}
@@ -17,7 +17,7 @@ tar -C "$work" -xzf "$bundle"
 failed=()
 for layout in "$@"; do
 	rc=0
-	root=$(DRIVER_LAYOUT=$layout "$here/../driverroot/build.sh" | tail -1) || rc=$?
+	root=$(DRIVER_LAYOUT=$layout "$here/../harness/driverroot/build.sh" | tail -1) || rc=$?
 	if ((rc == 3)); then
 		# Debian's archive is unreachable and the packages are not cached: no real root.
 		echo "gpu-dry-run: $layout SKIP (no real driver root: Debian's archive is unreachable)"

@@ -18,7 +18,7 @@ import (
 // MPS_TEST_CONTROL is set: with -f it is the daemon (a SOCK_SEQPACKET unix socket, as NVIDIA's, in
 // CUDA_MPS_PIPE_DIRECTORY answering one command per connection), without
 // it the client (the command on stdin, the answer on stdout). NVIDIA's real
-// program is run by e2e/driverroot's tests against its driver root.
+// program is run by e2e/harness/driverroot's tests against its driver root.
 func TestMain(m *testing.M) {
 	if os.Getenv("MPS_TEST_CONTROL") != "" {
 		os.Exit(fakeControl())

@@ -164,7 +164,7 @@ func Register(cmd *cli.Command, d Defaults) *Config {
 	fs.BoolVar(&c.NodeLabels, "node-labels", true, "publish the node's GPU labels in NVIDIA GPU feature discovery's names (nvidia.com/gpu.product, gpu.memory, gpu.count, cuda.driver-version.full, ...) on --node-name by server-side apply, again at every MIG republish; needs get and patch on nodes")
 	c.apiAlways = d.APIAlways
 	c.Log.Register(fs, logging.JSON)
-	// The seed's environment names, tried before NVINJECT_<FLAG>.
+	// NVIDIA's device plugin's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("visible-devices", contract.EnvVisibleDevices)
 	cmd.Env("mig-strategy", "MIG_STRATEGY")
 	cmd.Env("node-name", "NODE_NAME")

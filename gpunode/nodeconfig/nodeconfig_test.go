@@ -70,7 +70,7 @@ func TestMIGStrategyDefault(t *testing.T) {
 	}
 }
 
-// The seed's names come before NVINJECT_<FLAG>; the command line wins.
+// NVIDIA's names come before NVINJECT_<FLAG>; the command line wins.
 func TestEnvAndFlagPrecedence(t *testing.T) {
 	uuid := "GPU-4c8f1b0e-1a2b-5c3d-8e4f-0123456789ab"
 	c, err := load([]string{"--on-nvml-error=exit"}, map[string]string{

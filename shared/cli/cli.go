@@ -87,7 +87,7 @@ func (c *Command) Flags() *flag.FlagSet { return c.fs }
 // Name is the program name.
 func (c *Command) Name() string { return c.name }
 
-// Env adds environment aliases of flag name (the seed's, such as
+// Env adds environment aliases of flag name (NVIDIA's device plugin's, such as
 // NVIDIA_VISIBLE_DEVICES), tried before the derived one.
 func (c *Command) Env(name string, envNames ...string) {
 	c.env[name] = append(c.env[name], envNames...)

@@ -15,7 +15,7 @@ func newCmd(out, errw *bytes.Buffer) (*Command, *string, *time.Duration, *String
 	l := NewStringList("nvidia")
 	c.Flags().Var(l, "runtime-handler", "handlers")
 	c.Deprecated("spec-dir", "cdi-spec-dir")
-	c.Env("cdi-spec-dir", "SEED_DIR")
+	c.Env("cdi-spec-dir", "PLUGIN_DIR")
 	return c, s, d, l
 }
 
@@ -54,7 +54,7 @@ func TestHelpHidesDeprecatedAndShowsEnv(t *testing.T) {
 	if strings.Contains(out.String(), "\n  --spec-dir") {
 		t.Errorf("help lists the deprecated alias as a flag:\n%s", out.String())
 	}
-	for _, want := range []string{"[env SEED_DIR, NVINJECT_CDI_SPEC_DIR]", "--spec-dir (use --cdi-spec-dir)", `(default "5m0s")`} {
+	for _, want := range []string{"[env PLUGIN_DIR, NVINJECT_CDI_SPEC_DIR]", "--spec-dir (use --cdi-spec-dir)", `(default "5m0s")`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, out.String())
 		}
@@ -75,10 +75,10 @@ func TestPrecedenceAndAliases(t *testing.T) {
 		t.Errorf("env not applied: %q %v %v", *s, *d, l.Values)
 	}
 
-	env["SEED_DIR"] = "/seed"
+	env["PLUGIN_DIR"] = "/plugin"
 	c, s, _, _ = newCmd(&out, &errw)
 	_ = c.Parse(nil, func(k string) string { return env[k] })
-	if *s != "/seed" {
+	if *s != "/plugin" {
 		t.Errorf("the explicit alias did not win over the derived one: %q", *s)
 	}
 

@@ -11,7 +11,7 @@ import (
 )
 
 // Strategy is one way the device plugin hands CDI names to the runtime
-// (the seed's DEVICE_LIST_STRATEGY values).
+// (NVIDIA's device plugin's DEVICE_LIST_STRATEGY values).
 type Strategy string
 
 // Device list strategies.
@@ -25,7 +25,7 @@ const (
 	StrategyNRI Strategy = "nri"
 )
 
-// DefaultStrategies are the seed's DEVICE_LIST_STRATEGY.
+// DefaultStrategies are NVIDIA's device plugin's DEVICE_LIST_STRATEGY.
 func DefaultStrategies() []Strategy { return []Strategy{StrategyAnnotations, StrategyCRI} }
 
 // AllStrategies lists every strategy, for tests and help text.

@@ -44,7 +44,7 @@ const (
 	RequiredPluginsAnnotation = "required-plugins.noderesource.dev/pod"
 	// Namespace is where deploy/ puts nvinject's daemons.
 	Namespace = "nvidia-device-plugin"
-	// ConfigMapName and ConfigMapKey hold the selected GPU's UUID (the seed's).
+	// ConfigMapName and ConfigMapKey hold the selected GPU's UUID.
 	ConfigMapName = "single-gpu-device-plugin"
 	ConfigMapKey  = "selected-gpu-uuid"
 	// AppLabel is the label key of the daemons' pods; DevicePluginApp,

@@ -103,20 +103,20 @@ func build(t *testing.T) (*suite, string) {
 	var err error
 	tools := os.Getenv("NVINJECT_TOOLS_BIN")
 	if tools == "" {
-		if tools, err = script(t, "e2e/tools/build.sh", "--print-bin"); err != nil {
+		if tools, err = script(t, "e2e/harness/tools/build.sh", "--print-bin"); err != nil {
 			return nil, err.Error()
 		}
 	}
 	if _, err := os.Stat(filepath.Join(tools, "runc")); err != nil {
 		return nil, "no pinned runc: run `make tools` (or set NVINJECT_TOOLS_BIN)"
 	}
-	compat, err := script(t, "e2e/tools/runc-compat.sh")
+	compat, err := script(t, "e2e/harness/tools/runc-compat.sh")
 	if err != nil {
 		return nil, "no runc before 1.3: " + err.Error()
 	}
 	s.runcs = []prog{{"runc 1.4.4", filepath.Join(tools, "runc")}, {"runc 1.2.6", filepath.Join(compat, "runc")}}
 
-	nv, err := script(t, "e2e/nvctk/build.sh")
+	nv, err := script(t, "e2e/harness/nvctk/build.sh")
 	if err != nil {
 		return nil, "no nvidia-cdi-hook: " + err.Error()
 	}

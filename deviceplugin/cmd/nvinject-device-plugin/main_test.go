@@ -97,7 +97,7 @@ func post(t *testing.T, url string) string {
 }
 
 // TestBinaryOnSimulatedEightGPUNode runs the real binary the way the
-// seed's DaemonSet does (env from the ConfigMap) and stops it with SIGTERM.
+// the example DaemonSet does (env from the ConfigMap) and stops it with SIGTERM.
 func TestBinaryOnSimulatedEightGPUNode(t *testing.T) {
 	const nvml = "sim:a100-80gb*8"
 	dir := kubelettest.Dir(t)

@@ -1,5 +1,5 @@
 // Package config reads the device plugin's configuration from flags and
-// their environment aliases (the seed's NVIDIA_VISIBLE_DEVICES, MIG_STRATEGY,
+// their environment aliases (NVIDIA's NVIDIA_VISIBLE_DEVICES, MIG_STRATEGY,
 // DEVICE_LIST_STRATEGY, DEVICE_ID_STRATEGY, then NVINJECT_<FLAG>): the GPU
 // node's settings (gpunode/nodeconfig) and the device plugin protocol's own.
 // It is the only place the plugin reads the environment.
@@ -64,7 +64,7 @@ func (c Config) Attrs() []any {
 
 // Load parses args (without the program name), help to stdout and
 // warnings to stderr. A flag given on the command line wins over its
-// environment alias (the seed's name, then NVINJECT_<FLAG>), which wins over
+// environment alias (NVIDIA's name, then NVINJECT_<FLAG>), which wins over
 // the default.
 func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (Config, error) {
 	var c Config
@@ -84,7 +84,7 @@ func Load(args []string, getenv func(string) string, stdout, stderr io.Writer) (
 	fs.StringVar(&strategies, "device-list-strategy", strings.Join(strategyNames(contract.DefaultStrategies()), ","), "how Allocate passes CDI names: cdi-annotations, cdi-cri, nri (comma list)")
 	fs.StringVar(&idStrategy, "device-id-strategy", string(IDUUID), "device IDs kubelet sees: uuid or index")
 	fs.StringVar(&c.SharingConfig, "sharing-config", "", "sharing configuration file in NVIDIA's device plugin format (version: v1, sharing.timeSlicing or sharing.mps); absent file: no sharing")
-	// The seed's environment names, tried before NVINJECT_<FLAG>.
+	// NVIDIA's device plugin's environment names, tried before NVINJECT_<FLAG>.
 	cmd.Env("device-list-strategy", "DEVICE_LIST_STRATEGY")
 	cmd.Env("device-id-strategy", "DEVICE_ID_STRATEGY")
 	if err := cmd.Parse(args, getenv); err != nil {

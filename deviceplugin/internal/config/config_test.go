@@ -33,9 +33,9 @@ func TestLoadDefaults(t *testing.T) {
 	}
 }
 
-// The seed's DEVICE_*_STRATEGY names are read; the command line wins;
+// NVIDIA's DEVICE_*_STRATEGY names are read; the command line wins;
 // the GPU node's settings come with them (gpunode/nodeconfig).
-func TestLoadSeedEnvAndFlagPrecedence(t *testing.T) {
+func TestLoadNVIDIAEnvAndFlagPrecedence(t *testing.T) {
 	uuid := "GPU-4c8f1b0e-1a2b-5c3d-8e4f-0123456789ab"
 	e := env(map[string]string{
 		"NVIDIA_VISIBLE_DEVICES": uuid,

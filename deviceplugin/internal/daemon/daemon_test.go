@@ -175,7 +175,7 @@ func healthOf(list []*pluginapi.Device) map[string]string {
 	return m
 }
 
-func TestSeedEightGPUNodePublishesSelectedUUID(t *testing.T) {
+func TestEightGPUNodePublishesSelectedUUID(t *testing.T) {
 	r := start(t, "sim:a100-80gb*8", "--visible-devices="+simUUID(5))
 	next := r.watch(t)
 	list := untilHealth(t, next, simUUID(5), pluginapi.Healthy)

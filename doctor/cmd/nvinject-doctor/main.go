@@ -81,7 +81,7 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer, con
 	var logFlags logging.Flags
 	timeout := 30 * time.Second
 	c := cli.New(name, "[flags]", cli.WithOutput(stdout, stderr), cli.WithAbout(
-		"Walks the GPU chain of one node and prints a verdict per layer (ok, broken, unknown) with the evidence and the fix. --explain maps each layer to the seed's troubleshooting table.\n\n'"+name+" explain POD' prints one pod's chain instead (see "+name+" explain --help).\n\n--all-nodes prints one row per GPU node instead, from the API server alone: mode, GPU model, GPUs published/healthy, driver, ok or broken with the first broken layer and its fix."))
+		"Walks the GPU chain of one node and prints a verdict per layer (ok, broken, unknown) with the evidence and the fix. --explain maps each layer to the GPU troubleshooting table.\n\n'"+name+" explain POD' prints one pod's chain instead (see "+name+" explain --help).\n\n--all-nodes prints one row per GPU node instead, from the API server alone: mode, GPU model, GPUs published/healthy, driver, ok or broken with the first broken layer and its fix."))
 	fs := c.Flags()
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
 	fs.BoolVar(&o.NoKube, "no-kube", false, "do not consult the API server (node-local evidence only)")
@@ -109,7 +109,7 @@ func doctorRun(ctx context.Context, args []string, stdout, stderr io.Writer, con
 	fs.BoolVar(&allNodes, "all-nodes", false, "one row per GPU node, read from the API server alone (runs from an operator's machine); exit 1 when a node is broken")
 	fs.StringVar(&selector, "selector", "", "with --all-nodes: label selector of the nodes (default: all GPU nodes)")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON (--all-nodes: an array of rows)")
-	fs.BoolVar(&explain, "explain", false, "print what each layer checks and the seed's troubleshooting row it answers, then exit")
+	fs.BoolVar(&explain, "explain", false, "print what each layer checks and the troubleshooting row it answers, then exit")
 	fs.BoolVar(&verbose, "v", false, "log collector progress to stderr (same as --log-level=debug)")
 	fs.DurationVar(&timeout, "timeout", timeout, "overall time limit")
 	logFlags.Register(fs, logging.Text)

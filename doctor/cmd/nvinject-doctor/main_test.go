@@ -45,7 +45,7 @@ func TestRun(t *testing.T) {
 		{"stray argument", []string{"extra"}, 2, "unexpected arguments"},
 		{"help", []string{"--help"}, 0, "Usage: nvinject-doctor [flags]"},
 		{"version", []string{"--version"}, 0, "nvinject-doctor dev"},
-		{"explain", []string{"--explain"}, 0, "Capacity 为 1，Allocatable 为 0"},
+		{"explain", []string{"--explain"}, 0, "capacity 1, allocatable 0 → the plugin reports the device unhealthy"},
 		{"explain DRA", []string{"--explain"}, 0, "DRA node: worker sees the GPU but no ResourceSlice offers it"},
 		{"bad mode", []string{"--mode", "cdi"}, 2, `--mode "cdi": want device-plugin or dra`},
 		{"DRA mode, node only", append([]string{"--mode", "dra", "--nvidia-smi", good, "--dra-metrics", "http://127.0.0.1:1/metrics"}, base...), 0, "mode dra (--mode dra)"},

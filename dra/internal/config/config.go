@@ -1,5 +1,5 @@
 // Package config reads nvinject-dra's configuration from flags and their
-// environment aliases (shared/cli: NVINJECT_<FLAG>, plus the seed's
+// environment aliases (shared/cli: NVINJECT_<FLAG>, plus NVIDIA's
 // NVIDIA_VISIBLE_DEVICES and MIG_STRATEGY, and NODE_NAME/KUBECONFIG): the
 // GPU node's settings (gpunode/nodeconfig) and the DRA protocol's own. It
 // is the only place the DRA driver reads the environment.

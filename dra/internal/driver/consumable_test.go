@@ -191,7 +191,7 @@ func TestResourcesShareDevice(t *testing.T) {
 // 30Gi shares fit on one 80 GB GPU, a third share of 20Gi more than is
 // left goes to the other GPU and, once that is whole-allocated, fits
 // nowhere; a whole GPU is never given beside a share, nor a share beside
-// it; the default class (seed's nvidia.com/gpu) never gets a share.
+// it; the default class (the example's nvidia.com/gpu) never gets a share.
 func TestShareAllocationByKubernetesAllocator(t *testing.T) {
 	d := newShareDriver(t, &fakeMPS{}, t.TempDir(), t.TempDir())
 	s := newScheduler(t, d.Resources())

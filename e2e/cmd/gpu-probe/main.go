@@ -10,7 +10,7 @@
 // and 9 Driver Not Loaded); 1 when a library failed to load, naming it and dlerror().
 //
 // It needs glibc (dlopen of glibc-linked libraries), so it is built with cgo and runs on
-// a glibc base such as e2e/bookworm's.
+// a glibc base such as e2e/harness/bookworm's.
 package main
 
 /*

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvinject/nvinject/e2e/bookworm"
-	"github.com/nvinject/nvinject/e2e/driverroot"
+	"github.com/nvinject/nvinject/e2e/harness/bookworm"
+	"github.com/nvinject/nvinject/e2e/harness/driverroot"
 )
 
 // buildProbe builds this command once per test binary.

@@ -74,7 +74,7 @@ func main() {
 	}
 }
 
-// probe asks nvidia-smi which GPUs this container can reach, as the seed's
+// probe asks nvidia-smi which GPUs this container can reach, as the example's
 // `nvidia-smi --query-gpu=uuid,name,memory.total --format=csv,noheader`.
 func probe(smi string) ([]GPU, error) {
 	out, err := exec.Command(smi, "--query-gpu=uuid,name,memory.total", "--format=csv,noheader").CombinedOutput()

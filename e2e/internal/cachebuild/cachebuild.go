@@ -24,7 +24,7 @@ const ExitUnavailable = 3
 var ErrUnavailable = errors.New("the package archive cannot be reached and nothing is cached")
 
 // debianMirrors is the shell library the scripts source from
-// ../internal/cachebuild/ beside their own directory.
+// ../../internal/cachebuild/ (they live in e2e/harness/<name>/).
 //
 //go:embed debian-mirrors.sh
 var debianMirrors []byte
@@ -33,15 +33,15 @@ var debianMirrors []byte
 // hashes its content) to a temporary file, with the library it sources
 // where it looks for it, runs it with bash and args, and returns the last
 // stdout line. Progress (stderr) is copied to log (nil: dropped); an error
-// quotes its last lines and names what (e.g. "e2e/driverroot/build.sh").
+// quotes its last lines and names what (e.g. "e2e/harness/driverroot/build.sh").
 func Run(ctx context.Context, script []byte, what string, log io.Writer, args ...string) (string, error) {
 	dir, err := os.MkdirTemp("", "nvinject-cachebuild-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(dir)
-	// As in e2e/: <name>/build.sh and internal/cachebuild/debian-mirrors.sh.
-	path := filepath.Join(dir, "script", "build.sh")
+	// As in e2e/: harness/<name>/build.sh and internal/cachebuild/debian-mirrors.sh.
+	path := filepath.Join(dir, "harness", "script", "build.sh")
 	lib := filepath.Join(dir, "internal", "cachebuild", "debian-mirrors.sh")
 	for _, d := range []string{filepath.Dir(path), filepath.Dir(lib)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

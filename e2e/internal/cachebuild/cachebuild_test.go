@@ -13,7 +13,7 @@ import (
 // repository.
 func TestRunProvidesTheLibrary(t *testing.T) {
 	script := []byte(`set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../internal/cachebuild/debian-mirrors.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/../../internal/cachebuild/debian-mirrors.sh"
 declare -F host_debian_mirrors >/dev/null
 echo sourced
 `)

@@ -1,5 +1,5 @@
-# Sourced by the cache build scripts (e2e/<name>/build.sh, which find it at
-# ../internal/cachebuild/ from their own directory, in the repository and
+# Sourced by the cache build scripts (e2e/harness/<name>/build.sh, which find it at
+# ../../internal/cachebuild/ from their own directory, in the repository and
 # where cachebuild.Run writes them).
 
 # host_debian_mirrors prints the URIs of the host's Debian archive, once each, in apt's

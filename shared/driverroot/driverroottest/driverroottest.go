@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// Layouts are the real driver root layouts e2e/driverroot/build.sh makes.
+// Layouts are the real driver root layouts e2e/harness/driverroot/build.sh makes.
 var Layouts = []string{"debian", "flat"}
 
 // Env names the variable holding a ready root of layout
@@ -24,7 +24,7 @@ func Env(layout string) string { return "NVINJECT_DRIVER_ROOT_" + strings.ToUppe
 const unavailable = 3
 
 // Root returns the real driver root of layout: $NVINJECT_DRIVER_ROOT_<LAYOUT>,
-// else what the repository's e2e/driverroot/build.sh prints (it builds and
+// else what the repository's e2e/harness/driverroot/build.sh prints (it builds and
 // caches the root on first use). The test is skipped when neither gives one.
 func Root(t testing.TB, layout string) string {
 	t.Helper()
@@ -34,9 +34,9 @@ func Root(t testing.TB, layout string) string {
 		}
 		return r
 	}
-	script, ok := findScript("e2e/driverroot/build.sh")
+	script, ok := findScript("e2e/harness/driverroot/build.sh")
 	if !ok {
-		t.Skipf("no real driver root: set %s, or run from a checkout with e2e/driverroot/build.sh", Env(layout))
+		t.Skipf("no real driver root: set %s, or run from a checkout with e2e/harness/driverroot/build.sh", Env(layout))
 	}
 	cmd := exec.Command(script, "--layout", layout)
 	var stderr bytes.Buffer
@@ -56,7 +56,7 @@ func Root(t testing.TB, layout string) string {
 const NVCTKVersion = "v1.20.2"
 
 // NVCTK returns the path of nvidia-ctk NVCTKVersion: what the repository's
-// e2e/nvctk/build.sh prints (it builds and caches it), else the machine-wide
+// e2e/harness/nvctk/build.sh prints (it builds and caches it), else the machine-wide
 // cache it fills, else built into that cache with `go install` from the Go
 // module proxy. The test is skipped when none works.
 func NVCTK(t testing.TB) string {
@@ -66,7 +66,7 @@ func NVCTK(t testing.TB) string {
 		t.Skipf("no nvidia-ctk: no cache directory: %v", err)
 	}
 	bin := filepath.Join(cache, "nvinject", "nvidia-ctk-"+NVCTKVersion, "bin")
-	if script, ok := findScript("e2e/nvctk/build.sh"); ok {
+	if script, ok := findScript("e2e/harness/nvctk/build.sh"); ok {
 		var stderr bytes.Buffer
 		cmd := exec.Command(script)
 		cmd.Stderr = &stderr

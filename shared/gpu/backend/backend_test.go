@@ -17,7 +17,7 @@ import (
 )
 
 // This machine has no NVIDIA driver: the real backend must say so and
-// what to check, the seed's first troubleshooting row.
+// what to check, the first row of the GPU troubleshooting table.
 //
 // It runs in a process of its own: once a test here loaded a driver root's
 // libnvidia-ml.so.1 (and its nvmlInit failed), go-nvml offers no way to

@@ -1,4 +1,4 @@
-// Package gpuselect applies NVIDIA_VISIBLE_DEVICES semantics (the seed's
+// Package gpuselect applies NVIDIA_VISIBLE_DEVICES semantics (NVIDIA's
 // ConfigMap key selected-gpu-uuid) and the MIG strategy to a node's GPUs.
 package gpuselect
 

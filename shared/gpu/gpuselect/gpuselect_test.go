@@ -28,7 +28,7 @@ func TestSelect(t *testing.T) {
 		parseErr string
 		selErr   string
 	}{
-		{name: "seed: one UUID of eight", value: "GPU-00000005", devs: devs(8), want: []int{5}},
+		{name: "one UUID of eight", value: "GPU-00000005", devs: devs(8), want: []int{5}},
 		{name: "lowercase prefix refused", value: "gpu-00000005", devs: devs(8), parseErr: "neither an index"},
 		{name: "all", value: "all", devs: devs(3), want: []int{0, 1, 2}},
 		{name: "ALL", value: "ALL", devs: devs(2), want: []int{0, 1}},

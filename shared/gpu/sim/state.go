@@ -23,13 +23,13 @@ import (
 // --nvml value follows. A real driver keeps its MIG layout in the kernel,
 // shared by every NVML client; each nvinject daemon opens its own
 // in-process simulation, so the simulation shares its layout through this
-// file instead. nvinject-sim-mig (e2e/cmd) writes it; absent, the --nvml
+// file instead. sim-mig (e2e/cmd) writes it; absent, the --nvml
 // value's layout holds.
 const StateFile = "usr/share/nvinject/simulated-mig.json"
 
 // stateNote is the file's first field, so a person reading it knows what
 // it is.
-const stateNote = "SIMULATED MIG layout of nvinject's simulated GPUs (shared/gpu/sim), written by nvinject-sim-mig; no real GPU reads it"
+const stateNote = "SIMULATED MIG layout of nvinject's simulated GPUs (shared/gpu/sim), written by sim-mig; no real GPU reads it"
 
 // State is the SIMULATED MIG layout a state file records: each MIG GPU's
 // instances with everything that reproduces their IDs, and so their
@@ -162,7 +162,7 @@ func (n *Node) Follow() error {
 		}
 		if err != nil {
 			n.stateSeen = fi
-			return fmt.Errorf("SIMULATION: simulated MIG state file %s: %w; fix it with nvinject-sim-mig or remove it (the --nvml value's layout then holds); the node keeps its MIG layout", n.stateFile, err)
+			return fmt.Errorf("SIMULATION: simulated MIG state file %s: %w; fix it with sim-mig or remove it (the --nvml value's layout then holds); the node keeps its MIG layout", n.stateFile, err)
 		}
 	}
 	if err := n.reconcile(want); err != nil {

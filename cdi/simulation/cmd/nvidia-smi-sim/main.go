@@ -24,7 +24,7 @@ import (
 const factsPath = "/usr/share/nvinject/simulated-gpus.json"
 
 // On the simulated node's host there are no /dev/nvidiaN nodes, so the
-// host's view (the seed's `nvidia-smi` on the worker) is asked for
+// host's view (`nvidia-smi` on the worker) is asked for
 // explicitly: NVINJECT_SIM_FACTS names the facts file of a simulated driver
 // root, and NVINJECT_SIM_HOST_VIEW=1 reports every GPU in it.
 func main() {
