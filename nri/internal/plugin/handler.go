@@ -23,6 +23,7 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/audit"
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/convert"
+	"github.com/nvinject/nvinject/nri/internal/ledger"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
@@ -103,7 +104,7 @@ type Handler struct {
 	deadline  time.Duration
 	// inflight counts requests still running after their deadline refused them.
 	inflight sync.WaitGroup
-	holders  holders
+	ledger   ledger.Ledger
 	requests requests
 }
 
@@ -305,7 +306,7 @@ func (h *Handler) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		byID[p.GetId()] = p
 	}
 	pass, fail := 0, 0
-	running := map[string]holder{}
+	running := map[string]ledger.Holder{}
 	for _, ctr := range ctrs {
 		pod := byID[ctr.GetPodSandboxId()]
 		if pod == nil || !h.handlers[pod.GetRuntimeHandler()] {
@@ -328,7 +329,7 @@ func (h *Handler) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			h.log.Info("running GPU container passes the check", append(attrs, "uuids", contract.List(uuids))...)
 		}
 	}
-	h.holders.reset(running)
+	h.ledger.Reset(running)
 	h.requests.reset()
 	if h.metrics != nil {
 		h.metrics.Running(pass, fail)

@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nvinject/nvinject/nri/internal/audit"
+	"github.com/nvinject/nvinject/nri/internal/ledger"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 )
 
@@ -31,18 +32,19 @@ func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 	if len(c.uuids) > 0 {
 		// Checked and recorded here, after the deadline's work: a check
 		// that overran must not record a container the runtime refused.
-		if o, mine, theirs, busy := h.holders.admit(ctr.GetId(), holderOf(pod, ctr, c.units)); busy {
-			who, via := "container "+o.ctr+" of pod "+o.pod, "as a running container seen by nvinject-nri"
-			if o.ctr == "" {
-				who, via = "pods "+o.pod, "as running containers seen by nvinject-nri"
+		if clash, ok := h.ledger.Admit(ctr.GetId(), holderOf(pod, ctr, c.units)); !ok {
+			o, mine, theirs := clash.Holder, clash.Mine, clash.Theirs
+			who, via := "container "+o.Ctr+" of pod "+o.Pod, "as a running container seen by nvinject-nri"
+			if o.Ctr == "" {
+				who, via = "pods "+o.Pod, "as running containers seen by nvinject-nri"
 			}
 			err := refuse(ReasonHeld, fmt.Errorf("container %s of pod %s/%s: %w", ctr.GetName(), pod.GetNamespace(), pod.GetName(),
 				h.heldError(mine, theirs, who, via)))
 			h.refused(pod, ctr, c.rec, err)
 			return err
 		}
-		if slices.ContainsFunc(c.units, func(u unit) bool { return u.admin }) {
-			c.rec.Admin, c.rec.Beside = true, h.holders.beside(holderOf(pod, ctr, c.units))
+		if slices.ContainsFunc(c.units, func(u ledger.Unit) bool { return u.Admin }) {
+			c.rec.Admin, c.rec.Beside = true, h.ledger.Beside(holderOf(pod, ctr, c.units))
 		}
 		h.admitted(pod, ctr, c.rec, c.uuids)
 	}
@@ -53,7 +55,7 @@ func (h *Handler) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 // (and as held, with their parents) and the record of what was found.
 type checked struct {
 	uuids []string
-	units []unit
+	units []ledger.Unit
 	rec   audit.Record
 }
 
