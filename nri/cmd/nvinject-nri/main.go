@@ -24,7 +24,6 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/events"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/plugin"
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/cli"
@@ -32,6 +31,7 @@ import (
 	"github.com/nvinject/nvinject/shared/httpserve"
 	"github.com/nvinject/nvinject/shared/kubeclient"
 	"github.com/nvinject/nvinject/shared/logging"
+	"github.com/nvinject/nvinject/shared/podresources"
 	"github.com/nvinject/nvinject/shared/version"
 )
 
@@ -98,7 +98,7 @@ func run(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		opts = append(opts, plugin.WithInventory(inv), plugin.WithInventoryRefresh(func(ctx context.Context) (*verify.Inventory, error) { return inventory(ctx, cfg) }))
 	}
 	if cfg.PodResourcesSocket != "" {
-		pr, err := podresources.New(cfg.PodResourcesSocket)
+		pr, err := podresources.Dial(cfg.PodResourcesSocket)
 		if err != nil {
 			return err
 		}

@@ -52,11 +52,23 @@ type Assignment struct {
 	// Asked: kubelet was asked; NotAsked says why not.
 	Asked    bool
 	NotAsked string
-	// Resource and DeviceIDs: the device plugin's; Claims: DRA's, as
+	// Resource is the device plugin's GPU resource (named when nothing
+	// was assigned); Devices its IDs by resource as kubelet assigned them
+	// (nvidia.com/gpu, nvidia.com/mig-1g.10gb); Claims DRA's, as
 	// "namespace/claim:pool/device".
-	Resource  string
-	DeviceIDs []string
-	Claims    []string
+	Resource string
+	Devices  []Devices
+	Claims   []string
+}
+
+// maxResources bounds the resources of one assignment a record keeps (a
+// GPU and two MIG profiles); their IDs are bounded like a list.
+const maxResources = 3
+
+// Devices are the device-plugin IDs of one resource.
+type Devices struct {
+	Resource string
+	IDs      []string
 }
 
 // Bounded returns r with every list and string within the package's bounds.
@@ -67,8 +79,16 @@ func (r Record) Bounded() Record {
 		*s = contract.Cut(*s, 2*MaxItem)
 	}
 	r.Error = contract.Cut(r.Error, contract.MaxError)
-	for _, l := range []*[]string{&r.CDI, &r.Devices, &r.Env, &r.UUIDs, &r.Beside, &r.Assigned.DeviceIDs, &r.Assigned.Claims} {
+	for _, l := range []*[]string{&r.CDI, &r.Devices, &r.Env, &r.UUIDs, &r.Beside, &r.Assigned.Claims} {
 		*l = bound(*l)
+	}
+	// A container asks for a few resources; more are cut like a list's items.
+	if devs := r.Assigned.Devices; len(devs) > 0 {
+		out := make([]Devices, 0, min(len(devs), maxResources))
+		for _, d := range devs[:min(len(devs), maxResources)] {
+			out = append(out, Devices{Resource: contract.Cut(d.Resource, 2*MaxItem), IDs: bound(d.IDs)})
+		}
+		r.Assigned.Devices = out
 	}
 	return r
 }
@@ -156,17 +176,20 @@ func (r Record) mounts() string { return fmt.Sprintf("%d/%d", r.DriverMounts, r.
 
 // String says what kubelet assigned, or why it was not asked.
 func (a Assignment) String() string {
-	switch {
-	case !a.Asked:
+	if !a.Asked {
 		return "not asked (" + a.NotAsked + ")"
-	case len(a.DeviceIDs) > 0 && len(a.Claims) > 0:
-		return a.Resource + " " + list(a.DeviceIDs) + " and DRA " + list(a.Claims)
-	case len(a.DeviceIDs) > 0:
-		return a.Resource + " " + list(a.DeviceIDs)
-	case len(a.Claims) > 0:
-		return "DRA " + list(a.Claims)
 	}
-	return "nothing (no " + a.Resource + ", no " + contract.DRADriver + " claim)"
+	var parts []string
+	for _, d := range a.Devices {
+		parts = append(parts, d.Resource+" "+list(d.IDs))
+	}
+	if len(a.Claims) > 0 {
+		parts = append(parts, "DRA "+list(a.Claims))
+	}
+	if len(parts) == 0 {
+		return "nothing (no " + a.Resource + ", no " + contract.DRADriver + " claim)"
+	}
+	return strings.Join(parts, " and ")
 }
 
 func list(l []string) string { return "[" + strings.Join(l, " ") + "]" }

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,7 +15,7 @@ func TestRecordNote(t *testing.T) {
 	pod := Record{Namespace: "default", Pod: "vllm-0", PodUID: "uid-1", Container: "vllm", RuntimeHandler: "nvidia"}
 	dp := pod
 	dp.Admitted, dp.UUIDs = true, []string{uuid}
-	dp.Assigned = Assignment{Asked: true, Resource: contract.ResourceName, DeviceIDs: []string{uuid}}
+	dp.Assigned = Assignment{Asked: true, Resource: contract.ResourceName, Devices: []Devices{{Resource: contract.ResourceName, IDs: []string{uuid}}}}
 	dp.Checked, dp.CDI, dp.Devices, dp.Env = true, []string{"nvidia.com/gpu=" + uuid}, []string{"/dev/nvidia0 195:0"}, []string{"NVINJECT_GPU_UUID_0=" + uuid}
 	dp.DriverMounts, dp.SpecMounts = 41, 41
 
@@ -88,7 +89,7 @@ func TestRecordBounded(t *testing.T) {
 		many[i] = fmt.Sprintf("nvidia.com/gpu=GPU-%d-%s", i, strings.Repeat("a", i%300))
 	}
 	r := Record{Namespace: huge, Pod: huge, PodUID: huge, Container: huge, RuntimeHandler: huge, Reason: huge, Error: huge,
-		Assigned: Assignment{Asked: true, Resource: huge, DeviceIDs: many, Claims: many},
+		Assigned: Assignment{Asked: true, Resource: huge, Devices: slices.Repeat([]Devices{{Resource: huge, IDs: many}}, 100), Claims: many},
 		CDI:      many, Devices: many, Env: many, UUIDs: many, DriverMounts: 1 << 30, SpecMounts: 1 << 30}
 	for _, admitted := range []bool{true, false} {
 		r.Admitted = admitted
@@ -97,12 +98,16 @@ func TestRecordBounded(t *testing.T) {
 		for _, v := range b.LogAttrs() {
 			size += len(fmt.Sprint(v))
 		}
-		// 6 lists of MaxItems+1 entries, 8 strings, the error.
-		if max := 6*(MaxItems+1)*(MaxItem+1) + 8*2*MaxItem + contract.MaxError + 200; size > max {
+		// 6 lists and maxResources resources' IDs of MaxItems+1 entries, 8
+		// strings and the resources' names, the error.
+		if max := (6+maxResources)*(MaxItems+1)*(MaxItem+1) + (8+maxResources)*2*MaxItem + contract.MaxError + 200; size > max {
 			t.Errorf("log attributes are %d bytes, over %d", size, max)
 		}
 		if got := b.CDI[len(b.CDI)-1]; len(b.CDI) != MaxItems+1 || got != "…and 4992 more" {
 			t.Errorf("CDI list of %d ends %q, want %d names and the rest counted", len(b.CDI), got, MaxItems)
+		}
+		if len(b.Assigned.Devices) != maxResources {
+			t.Errorf("%d resources kept of 100, want %d", len(b.Assigned.Devices), maxResources)
 		}
 		note := b.Note().String()
 		if len(note) > contract.MaxAuditNote {

@@ -53,7 +53,7 @@ func (c *counts) total() int {
 
 func rec(pod string, admitted bool, why string) audit.Record {
 	r := audit.Record{Namespace: "default", Pod: pod, PodUID: "uid-" + pod, Container: "main", Admitted: admitted,
-		Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, DeviceIDs: []string{"GPU-a"}}}
+		Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, Devices: []audit.Devices{{Resource: contract.ResourceName, IDs: []string{"GPU-a"}}}}}
 	if !admitted {
 		r.Reason, r.Error = "pod-annotation", why
 	}

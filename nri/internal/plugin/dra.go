@@ -6,10 +6,10 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu"
+	"github.com/nvinject/nvinject/shared/podresources"
 )
 
 // claimNames returns the CDI names of our kind that claims prepared, a
@@ -67,4 +67,41 @@ func (h *Handler) claimUUIDs(claims []podresources.Claim, res resolve.Result) ([
 		}
 	}
 	return ids, strings.Join(names, ", ")
+}
+
+// serves says whether resource is the GPUs': the device plugin's resource
+// or one of its MIG resources (nvidia.com/mig-1g.10gb), not another
+// domain's.
+func (h *Handler) serves(resource string) bool {
+	return resource == h.resource || strings.HasPrefix(resource, contract.MIGResourceName(h.resource, ""))
+}
+
+// ownIDs are the device-plugin IDs kubelet assigned c of the GPUs'
+// resources, sorted.
+func (h *Handler) ownIDs(c podresources.Container) []string { return c.IDs(h.serves) }
+
+// ownClaims are c's claims of nvinject's DRA driver, with its devices only.
+func (h *Handler) ownClaims(c podresources.Container) []podresources.Claim {
+	return c.ClaimsOf(contract.DRADriver)
+}
+
+// howToRequest names the resources that request the GPUs names name: the
+// device plugin's, or a MIG device's own (nvidia.com/mig-1g.10gb).
+func (h *Handler) howToRequest(names []string) string {
+	var out []string
+	for _, n := range names {
+		r := h.resource
+		if _, id, _ := strings.Cut(n, "="); strings.HasPrefix(id, "MIG-") {
+			r = contract.MIGResourceName(h.resource, "<profile>")
+			if inv := h.inv(); inv != nil {
+				if s, ok := inv.MIG[id]; ok {
+					r = contract.MIGResourceName(h.resource, s.Profile)
+				}
+			}
+		}
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return strings.Join(out, " or ")
 }

@@ -25,10 +25,10 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/convert"
 	"github.com/nvinject/nvinject/nri/internal/ledger"
 	"github.com/nvinject/nvinject/nri/internal/metrics"
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/podresources"
 )
 
 // UUIDsKey is the container annotation recording the injected GPU UUIDs.
@@ -46,12 +46,12 @@ type Resolver interface {
 }
 
 // Kubelet reports what kubelet's PodResources assigned the containers of
-// every pod it lists, in one List call: device-plugin IDs of resource and
-// DRA claims of driver. It is the handler's one lookup of kubelet's word,
-// claims included, so one List serves both paths and the check for other
-// pods holding the GPU. The PodResources client satisfies it.
+// every pod it lists, in one List call: device-plugin devices and DRA
+// claims. It is the handler's one lookup of kubelet's word, claims
+// included, so one List serves both paths and the check for other pods
+// holding the GPU. shared/podresources' client satisfies it.
 type Kubelet interface {
-	List(ctx context.Context, resource, driver string) ([]podresources.Pod, error)
+	List(ctx context.Context) ([]podresources.Pod, error)
 }
 
 // Auditor takes the record of every verdict on a GPU container. It must

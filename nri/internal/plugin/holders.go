@@ -125,14 +125,14 @@ func (h *Handler) heldInKubelet(kv *kubeletView, pod *api.PodSandbox, units []le
 		}
 		for _, c := range p.Containers {
 			who := "container " + c.Name + " of pod " + p.Namespace + "/" + p.Name
-			for _, u := range h.kubeletUUIDs(c.DeviceIDs, res) {
+			for _, u := range h.kubeletUUIDs(h.ownIDs(c), res) {
 				theirs := ledger.Unit{UUID: u, Parent: h.parentOf(u), Replicas: h.replicasOf(u)}
 				sharers[p.Namespace+"/"+p.Name] = append(sharers[p.Namespace+"/"+p.Name], theirs)
 				if err := clash(theirs, who, "through the device plugin ("+h.resource+")"); err != nil {
 					return err
 				}
 			}
-			for _, cl := range c.Claims {
+			for _, cl := range h.ownClaims(c) {
 				shared := h.theirShares(cl.CDIDevices())
 				for _, n := range cl.CDIDevices() {
 					d, ok := h.resolver.Device(n)

@@ -28,11 +28,11 @@ import (
 	"github.com/nvinject/nvinject/nri/internal/metrics"
 	"github.com/nvinject/nvinject/nri/internal/nritest"
 	"github.com/nvinject/nvinject/nri/internal/plugin"
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/simfault"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/podresources"
 )
 
 // env is one plugin connected to one in-process NRI runtime.
@@ -109,7 +109,7 @@ func start(t *testing.T, o envOpts) *env {
 		opts = append(opts, plugin.WithInventory(verify.InventoryOf(node.Node)))
 	}
 	if o.kubelet != "" {
-		pr, err := podresources.New(o.kubelet)
+		pr, err := podresources.Dial(o.kubelet)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,19 +8,25 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nvinject/nvinject/nri/internal/audit"
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/podresources"
 )
 
 // What a verdict's audit record says the container was found to have.
 
 // assignment is kubelet's word on the container, as the record names it:
-// device-plugin IDs, and DRA devices as claim:pool/device.
+// device-plugin IDs by resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb),
+// and DRA devices as claim:pool/device.
 func (h *Handler) assignment(c podresources.Container) audit.Assignment {
-	a := audit.Assignment{Asked: true, Resource: h.resource, DeviceIDs: c.DeviceIDs}
-	for _, cl := range c.Claims {
+	a := audit.Assignment{Asked: true, Resource: h.resource}
+	for _, d := range c.Devices {
+		if h.serves(d.Resource) {
+			a.Devices = append(a.Devices, audit.Devices{Resource: d.Resource, IDs: d.IDs})
+		}
+	}
+	for _, cl := range h.ownClaims(c) {
 		for _, d := range cl.Devices {
 			a.Claims = append(a.Claims, cl.Namespace+"/"+cl.Name+":"+d.Pool+"/"+d.Device)
 		}

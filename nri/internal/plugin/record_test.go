@@ -65,7 +65,7 @@ func TestVerdictRecords(t *testing.T) {
 	}{
 		{name: "device plugin, admitted", pod: nritest.Pod("dp", "nvidia", nil), containerdCDI: []string{n.Name(1)}, cri: []string{n.Name(1)},
 			want: &audit.Record{Admitted: true, Checked: true, UUIDs: []string{u1}, CDI: []string{n.Name(1)}, Devices: gpu1, Env: env1,
-				Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, DeviceIDs: []string{u1}}}},
+				Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, Devices: []audit.Devices{{Resource: contract.ResourceName, IDs: []string{u1}}}}}},
 		{name: "DRA, containerd applied the claim's CDI name", pod: nritest.Pod("dra", "nvidia", nil), containerdCDI: []string{n.Name(3)},
 			want: &audit.Record{Admitted: true, Checked: true, UUIDs: []string{u3}, CDI: []string{n.Name(3)}, Devices: []string{"/dev/nvidia3 195:3"},
 				Env:      []string{contract.EnvUUIDPrefix + "3=" + u3},
@@ -73,7 +73,7 @@ func TestVerdictRecords(t *testing.T) {
 		{name: "kubelet assigned another GPU: refused by the final check", pod: nritest.Pod("mismatch", "nvidia", nil),
 			containerdCDI: []string{n.Name(1)}, cri: []string{n.Name(1)},
 			want: &audit.Record{Reason: "podresources-mismatch", Checked: true, CDI: []string{n.Name(1)}, Devices: gpu1, Env: env1,
-				Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, DeviceIDs: []string{u2}}}},
+				Assigned: audit.Assignment{Asked: true, Resource: contract.ResourceName, Devices: []audit.Devices{{Resource: contract.ResourceName, IDs: []string{u2}}}}}},
 		{name: "pod-level spoof: refused in CreateContainer", pod: nritest.Pod("spoof", "nvidia", map[string]string{"cdi.k8s.io/x": n.Name(3)}),
 			want: &audit.Record{Reason: plugin.ReasonPodLevel, Assigned: audit.Assignment{NotAsked: "the verdict came before kubelet was asked"}}},
 		{name: "no GPU, admitted: no record", pod: nritest.Pod("plain", "nvidia", nil)},

@@ -12,10 +12,10 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nvinject/nvinject/nri/internal/audit"
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/podresources"
 	"github.com/nvinject/nvinject/shared/sharing"
 )
 
@@ -74,7 +74,7 @@ func (h *Handler) build(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 			// must not fail with kubelet's PodResources.
 			h.log.Warn("cannot ask kubelet whether a container outside the nvidia runtime class holds a DRA GPU; admitting it", append(h.attrs(pod, ctr), "error", err.Error())...)
 		default:
-			if r.names, r.claims = h.claimNames(r.kubelet.own.Claims); r.claims != "" {
+			if r.names, r.claims = h.claimNames(h.ownClaims(r.kubelet.own)); r.claims != "" {
 				r.who += " (" + r.claims + ")"
 			}
 		}
@@ -83,8 +83,8 @@ func (h *Handler) build(ctx context.Context, pod *api.PodSandbox, ctr *api.Conta
 		return r, nil
 	}
 	if spoofed := h.podLevel(pod, r.names); len(spoofed) > 0 {
-		return r, refuse(ReasonPodLevel, fmt.Errorf("%s: pod-level annotations name GPUs %s that were not allocated to the container; remove them from the pod (GPUs are requested with resources.limits %s)",
-			r.who, contract.List(spoofed), h.resource))
+		return r, refuse(ReasonPodLevel, fmt.Errorf("%s: pod-level annotations name GPUs %s that were not allocated to the container; remove them from the pod (request them with resources.limits %s, or through a DRA claim)",
+			r.who, contract.List(spoofed), h.howToRequest(spoofed)))
 	}
 	if r.res, r.gpus, err = h.resolve(r.names, ctr); err != nil {
 		reason := reasonOf(err)
@@ -106,7 +106,7 @@ func (h *Handler) ask(ctx context.Context, r *request, pod *api.PodSandbox, ctr 
 	if r.kubelet != nil {
 		return nil
 	}
-	pods, err := h.kubelet.List(ctx, h.resource, contract.DRADriver)
+	pods, err := h.kubelet.List(ctx)
 	if err != nil {
 		return err
 	}

@@ -15,10 +15,10 @@ import (
 
 	"github.com/nvinject/nvinject/nri/internal/collect"
 	"github.com/nvinject/nvinject/nri/internal/nritest"
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/podresources"
 )
 
 // lister is kubelet's PodResources List answering pods or err, counting
@@ -29,7 +29,7 @@ type lister struct {
 	calls int
 }
 
-func (l *lister) List(context.Context, string, string) ([]podresources.Pod, error) {
+func (l *lister) List(context.Context) ([]podresources.Pod, error) {
 	l.calls++
 	return l.pods, l.err
 }
@@ -65,7 +65,7 @@ func gpuContainer(t *testing.T, node nritest.Node, names []string, applied []str
 }
 
 func claim(name string) podresources.Claim {
-	return podresources.Claim{Namespace: "default", Name: "gpu-c", Devices: []podresources.ClaimDevice{{Pool: "node", Device: "gpu-1", CDIDevices: []string{name}}}}
+	return podresources.Claim{Namespace: "default", Name: "gpu-c", Devices: []podresources.ClaimDevice{{Driver: contract.DRADriver, Pool: "node", Device: "gpu-1", CDIDevices: []string{name}}}}
 }
 
 // TestBuild: what one container's request holds, for each way a GPU is
@@ -97,12 +97,12 @@ func TestBuild(t *testing.T) {
 		whoSuffix string
 	}{
 		{name: "device-plugin IDs: the container's own names, kubelet not asked yet", handler: "nvidia", names: []string{n0},
-			kubelet: own(podresources.Container{DeviceIDs: []string{u0}}), cdi: []string{n0}, gpus: []string{u0}},
+			kubelet: own(podresources.Container{Devices: []podresources.Devices{{Resource: contract.ResourceName, IDs: []string{u0}}}}), cdi: []string{n0}, gpus: []string{u0}},
 		{name: "DRA claim: containerd applied it, the claim names it", handler: "nvidia", applied: []string{n1},
 			kubelet: own(podresources.Container{Claims: []podresources.Claim{claim(n1)}}),
 			cdi:     []string{n1}, claims: "ResourceClaim default/gpu-c", gpus: []string{u1}, asks: 1, assigned: true, whoSuffix: " (ResourceClaim default/gpu-c)"},
 		{name: "both: the container's own names; its claims are compared in the final check", handler: "nvidia", names: []string{n0}, applied: []string{n0},
-			kubelet: own(podresources.Container{DeviceIDs: []string{u0}, Claims: []podresources.Claim{claim(n1)}}), cdi: []string{n0}, gpus: []string{u0}},
+			kubelet: own(podresources.Container{Devices: []podresources.Devices{{Resource: contract.ResourceName, IDs: []string{u0}}}, Claims: []podresources.Claim{claim(n1)}}), cdi: []string{n0}, gpus: []string{u0}},
 		{name: "none", handler: "nvidia", kubelet: own(podresources.Container{})},
 		{name: "pod-level request", handler: "nvidia", podAnn: map[string]string{"cdi.k8s.io/x": n1}, names: []string{n0},
 			reason: ReasonPodLevel, cdi: []string{n0}},
@@ -161,7 +161,7 @@ func TestOneRequestPerContainer(t *testing.T) {
 		validated func(*api.PodSandbox)
 		asks      int
 	}{
-		{name: "device plugin", names: []string{n0}, kubelet: listed(podresources.Container{DeviceIDs: []string{u0}}), asks: 1},
+		{name: "device plugin", names: []string{n0}, kubelet: listed(podresources.Container{Devices: []podresources.Devices{{Resource: contract.ResourceName, IDs: []string{u0}}}}), asks: 1},
 		{name: "DRA", applied: []string{n1}, kubelet: listed(podresources.Container{Claims: []podresources.Claim{claim(n1)}}), asks: 1},
 		{name: "DRA, the pod changed", applied: []string{n1}, kubelet: listed(podresources.Container{Claims: []podresources.Claim{claim(n1)}}),
 			validated: func(p *api.PodSandbox) { p.Uid = "uid-of-a-new-pod-c" }, asks: 2},

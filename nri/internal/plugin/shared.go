@@ -7,10 +7,10 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	"github.com/nvinject/nvinject/nri/internal/podresources"
 	"github.com/nvinject/nvinject/nri/internal/resolve"
 	"github.com/nvinject/nvinject/nri/internal/verify"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/podresources"
 )
 
 // ReasonSharedClaim: a shared claim's own CDI device names a GPU the
@@ -60,11 +60,12 @@ func (h *Handler) shares(r *request) (map[string]sharedClaim, error) {
 		}
 		var through []string
 		if r.kubelet != nil {
-			i := slices.IndexFunc(r.kubelet.own.Claims, func(cl podresources.Claim) bool { return slices.Contains(cl.CDIDevices(), d.Name) })
+			own := h.ownClaims(r.kubelet.own)
+			i := slices.IndexFunc(own, func(cl podresources.Claim) bool { return slices.Contains(cl.CDIDevices(), d.Name) })
 			if i < 0 {
 				return nil, refuse(ReasonSharedClaim, fmt.Errorf("%s: CDI device %s of shared claim %s is in none of the container's claims in kubelet's PodResources; the pod must reference the ResourceClaim itself (spec.resourceClaims[].resourceClaimName)", r.who, d.Name, sc.uid))
 			}
-			through = h.claimGPUs(r.kubelet.own.Claims[i].CDIDevices(), r.res)
+			through = h.claimGPUs(own[i].CDIDevices(), r.res)
 		}
 		for _, u := range sc.uuids {
 			if !slices.Contains(got, u) || (r.kubelet != nil && !slices.Contains(through, u)) {

@@ -111,11 +111,11 @@ func (h *Handler) validate(ctx context.Context, pod *api.PodSandbox, ctr *api.Co
 			return c, refuse(ReasonKubeletDown, fmt.Errorf("%s: %w", who, err))
 		}
 		c.rec.Assigned = h.assignment(r.kubelet.own)
-		ids := r.kubelet.own.DeviceIDs
+		ids := h.ownIDs(r.kubelet.own)
 		in.Kubelet = h.kubeletUUIDs(ids, r.res)
 		if len(ids) == 0 {
 			// No device-plugin GPU: the DRA driver's claims are kubelet's word.
-			if uuids, held := h.claimUUIDs(r.kubelet.own.Claims, r.res); held != "" {
+			if uuids, held := h.claimUUIDs(h.ownClaims(r.kubelet.own), r.res); held != "" {
 				in.Kubelet = uuids
 				if r.claims == "" {
 					who += " (" + held + ")"
