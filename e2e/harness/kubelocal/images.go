@@ -53,7 +53,7 @@ func BuildPause(ctx context.Context, out string) error {
 	if !ok {
 		return fmt.Errorf("locate the e2e module to build pause: pass a prebuilt pause binary")
 	}
-	moduleDir := filepath.Dir(filepath.Dir(self))
+	moduleDir := filepath.Dir(filepath.Dir(filepath.Dir(self))) // e2e/harness/kubelocal
 	if _, err := os.Stat(filepath.Join(moduleDir, "cmd", "pause")); err != nil {
 		return fmt.Errorf("e2e/cmd/pause not found next to %s: pass a prebuilt pause binary: %w", self, err)
 	}

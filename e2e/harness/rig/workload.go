@@ -18,7 +18,7 @@ const VLLMSelector = "app=vllm-demo"
 
 // VLLMKustomization is the stand-in's kustomization (base deploy/examples/vllm).
 func (d *Deployer) VLLMKustomization() string {
-	return filepath.Join(d.repo, "e2e", "simnode", "vllm")
+	return filepath.Join(d.repo, "e2e", "harness", "rig", "vllm")
 }
 
 // RunVLLM applies the vLLM stand-in and returns its Ready pod.
