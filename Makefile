@@ -91,13 +91,19 @@ unit: ## unit tests only: no root, no tools build, no local node
 # kubelet's device-plugin dir and the node's ports are machine-wide. The
 # doctor's fault tests run on the local node here; the GPU scenarios are
 # `make e2e`.
+# The GPU check's dry run in make test covers three kinds of driver root
+# (a system root, one whose driver lives in /usr/local/nvidia behind wrapper
+# scripts as on the H200 host, a bare driver directory; each run also stages an
+# operator root);
+# e2e/tests/layouts runs all six layouts under runc, make gpu-dry-run all six.
+GPU_TEST_LAYOUTS := flat usrlocal gke
 NODE_PKGS := $(MODULE)/e2e/harness/kubelocal $(MODULE)/e2e/bench/cmd/injbench $(MODULE)/e2e/bench/scale
 .PHONY: test
 test: tools helm kwok build sim-images ## unit, integration and local-node tests
 	NVINJECT_BIN=$(EQUIPMENT) NVINJECT_SHIPPED_BIN=$(BIN) $(GO) test -count=1 $$($(GO) list $(MODULE)/... | grep -v $(NODE_ONLY))
 	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -p 1 -timeout 20m $(NODE_PKGS)
 	NVINJECT_BIN=$(EQUIPMENT) $(GO) test -count=1 -timeout 20m -run '^TestDoctor' $(MODULE)/e2e/tests/scenarios/
-	$(MAKE) --no-print-directory gpu-dry-run
+	$(MAKE) --no-print-directory gpu-dry-run GPU_DRY_LAYOUTS="$(GPU_TEST_LAYOUTS)"
 
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/nvinject/staticcheck-$(STATICCHECK_VERSION)/staticcheck
