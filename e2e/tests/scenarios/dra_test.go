@@ -35,7 +35,7 @@ func TestDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("DRA manifests pass the API server's dry run", func(t *testing.T) {
-		repo, _ := filepath.Abs(filepath.Join("..", ".."))
+		repo, _ := filepath.Abs(filepath.Join("..", "..", ".."))
 		for _, args := range [][]string{
 			{"-k", filepath.Join(repo, "deploy", "overlays", "dra-node")},
 			{"-k", filepath.Join(repo, "deploy", "overlays", "local-sim-dra")},
@@ -405,7 +405,7 @@ func createDRAPod(t testing.TB, ctx context.Context, name string, s podSpec, cla
 // example's.
 func createSharedClaim(t testing.TB, ctx context.Context, name, params string) *resourceapi.ResourceClaim {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "examples", "dra", "shared-gpu-claim.yaml"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "examples", "dra", "shared-gpu-claim.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +459,7 @@ func createClaimPod(t testing.TB, ctx context.Context, name, claim, image string
 // least 80 GiB by CEL) from deploy/examples/dra.
 func createTemplate(t testing.TB, ctx context.Context) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "examples", "dra", "gpu-80gb-claim.yaml"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "examples", "dra", "gpu-80gb-claim.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
