@@ -68,6 +68,8 @@ type GPUs struct {
 	// MPS runs the MPS daemons of a plugin that shares by claim
 	// (WithClaimMPS); nil otherwise.
 	MPS *ClaimMPS
+	// MIG makes MIG devices on demand (WithMIGOnDemand); nil otherwise.
+	MIG *MIGOnDemand
 
 	// labels are the node's GPU labels for these GPUs (WithNodeLabels).
 	labels map[string]string
@@ -150,6 +152,8 @@ type Node struct {
 	mpsHost   string
 	mps       *mps.Manager
 	labels    *nodelabels.Publisher
+	// migOwned are the MIG devices the plugin made (WithMIGOnDemand).
+	migOwned func(parent string, at gpu.MIGPlacement) bool
 
 	reg       *prometheus.Registry
 	events    *prometheus.CounterVec
@@ -336,6 +340,9 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 		if err != nil {
 			n.withdrawLabels(ctx)
 			return err
+		}
+		if n.migOwned != nil {
+			gpus.MIG = &MIGOnDemand{n: n, b: b}
 		}
 		n.state.SetReady()
 		next, err := n.round(ctx, b, gpus, seen, serve)

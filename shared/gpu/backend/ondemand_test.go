@@ -63,10 +63,10 @@ func TestMIGOnDemandSimulated(t *testing.T) {
 	if got := n.Devices[1].MIG; len(got) != 1 || got[0] != m {
 		t.Errorf("after create and a refused overlap, the GPU has %+v, want only %+v", got, m)
 	}
-	if err := b.DestroyMIG(parent, m.GPUInstance); err != nil {
+	if err := b.DestroyMIG(parent, slot("1g.10gb", 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.DestroyMIG(parent, m.GPUInstance); err != nil {
+	if err := b.DestroyMIG(parent, slot("1g.10gb", 2)); err != nil {
 		t.Errorf("destroying a gone instance: %v", err)
 	}
 	if n, err = b.Discover(ctx); err != nil || len(n.Devices[1].MIG) != 0 {

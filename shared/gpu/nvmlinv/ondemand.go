@@ -91,21 +91,33 @@ func (i *Inventory) CreateMIG(d gpu.Device, slot gpu.MIGSlot) (m gpu.MIGDevice, 
 	return i.findMIG(d, h, int(giInfo.Id), what)
 }
 
-// DestroyMIG destroys GPU instance gi on GPU d and its compute instances,
-// as nvidia-smi mig -dci and -dgi do. One that is already gone is no error.
-func (i *Inventory) DestroyMIG(d gpu.Device, gi int) error {
+// DestroyMIG destroys the GPU instance of slot's profile at slot's
+// placement on GPU d and its compute instances, as nvidia-smi mig -dci and
+// -dgi do. One that is already gone is no error.
+func (i *Inventory) DestroyMIG(d gpu.Device, slot gpu.MIGSlot) error {
 	h, err := i.handle(d)
 	if err != nil {
 		return err
 	}
-	g, ret := h.GetGpuInstanceById(gi)
-	if ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_INVALID_ARGUMENT {
-		return nil
-	}
+	what := fmt.Sprintf("%s at slice %d on GPU %s", slot.Profile, slot.Placement.Start, d.UUID)
+	info, ret := h.GetGpuInstanceProfileInfo(slot.GIProfile)
 	if ret != nvml.SUCCESS {
-		return nvmlErr(fmt.Sprintf("open GPU instance %d on GPU %s", gi, d.UUID), ret)
+		return nvmlErr("read the GPU instance profile of "+what, ret)
 	}
-	return destroyGI(g, fmt.Sprintf("GPU instance %d on GPU %s", gi, d.UUID))
+	gis, ret := h.GetGpuInstances(&info)
+	if ret != nvml.SUCCESS {
+		return nvmlErr("list the GPU instances of "+what, ret)
+	}
+	for _, gi := range gis {
+		gInfo, ret := gi.GetInfo()
+		if ret != nvml.SUCCESS {
+			return nvmlErr("read a GPU instance of "+what, ret)
+		}
+		if int(gInfo.Placement.Start) == slot.Placement.Start && int(gInfo.Placement.Size) == slot.Placement.Size {
+			return destroyGI(gi, what)
+		}
+	}
+	return nil
 }
 
 func (i *Inventory) handle(d gpu.Device) (nvml.Device, error) {
