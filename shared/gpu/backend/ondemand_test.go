@@ -12,13 +12,20 @@ import (
 // A GPU with MIG mode on and no instance lists its placements from NVML;
 // CreateMIG makes the instance at one (Discover lists it with its access
 // nodes), refuses an overlapping one leaving nothing behind, and DestroyMIG
-// removes it. The GPU is SIMULATED (go-nvml's mock behind shared/gpu/sim).
+// removes it; the node's other processes follow both. The GPU is SIMULATED (go-nvml's mock behind shared/gpu/sim).
 func TestMIGOnDemandSimulated(t *testing.T) {
-	b, _, err := backend.OpenSimulated("sim:a100-80gb*2,mig=1", backend.Options{DriverRoot: t.TempDir()})
+	root := t.TempDir()
+	b, _, err := backend.OpenSimulated("sim:a100-80gb*2,mig=1", backend.Options{DriverRoot: root})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	// Another process of the node (nvinject-nri) follows the driver root.
+	other, _, err := backend.OpenSimulated("sim:a100-80gb*2,mig=1", backend.Options{DriverRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
 	ctx := context.Background()
 	n, err := b.Discover(ctx)
 	if err != nil {
@@ -63,8 +70,14 @@ func TestMIGOnDemandSimulated(t *testing.T) {
 	if got := n.Devices[1].MIG; len(got) != 1 || got[0] != m {
 		t.Errorf("after create and a refused overlap, the GPU has %+v, want only %+v", got, m)
 	}
+	if on, err := other.Discover(ctx); err != nil || len(on.Devices[1].MIG) != 1 || on.Devices[1].MIG[0].UUID != m.UUID {
+		t.Errorf("another process on the node sees %+v (%v), want %s", on.Devices[1].MIG, err, m.UUID)
+	}
 	if err := b.DestroyMIG(parent, slot("1g.10gb", 2)); err != nil {
 		t.Fatal(err)
+	}
+	if on, err := other.Discover(ctx); err != nil || len(on.Devices[1].MIG) != 0 {
+		t.Errorf("after destroy another process sees %+v (%v)", on.Devices[1].MIG, err)
 	}
 	if err := b.DestroyMIG(parent, slot("1g.10gb", 2)); err != nil {
 		t.Errorf("destroying a gone instance: %v", err)

@@ -88,7 +88,21 @@ func (i *Inventory) CreateMIG(d gpu.Device, slot gpu.MIGSlot) (m gpu.MIGDevice, 
 	if ret != nvml.SUCCESS {
 		return m, nvmlErr("read GPU instance "+what, ret)
 	}
-	return i.findMIG(d, h, int(giInfo.Id), what)
+	if m, err = i.findMIG(d, h, int(giInfo.Id), what); err != nil {
+		return m, err
+	}
+	return m, i.changed()
+}
+
+// changed shares a changed MIG layout (WithMIGChanged).
+func (i *Inventory) changed() error {
+	if i.migChanged == nil {
+		return nil
+	}
+	if err := i.migChanged(); err != nil {
+		return fmt.Errorf("share the changed MIG layout: %w", err)
+	}
+	return nil
 }
 
 // DestroyMIG destroys the GPU instance of slot's profile at slot's
@@ -114,7 +128,10 @@ func (i *Inventory) DestroyMIG(d gpu.Device, slot gpu.MIGSlot) error {
 			return nvmlErr("read a GPU instance of "+what, ret)
 		}
 		if int(gInfo.Placement.Start) == slot.Placement.Start && int(gInfo.Placement.Size) == slot.Placement.Size {
-			return destroyGI(gi, what)
+			if err := destroyGI(gi, what); err != nil {
+				return err
+			}
+			return i.changed()
 		}
 	}
 	return nil
