@@ -422,7 +422,11 @@ func (n *Node) plan(node gpu.Node) (publication, error) {
 	if p.shares, err = n.shares(p.published); err != nil {
 		return p, err
 	}
-	p.gen = spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(p.shares.replicas), spec.WithMPS(p.shares.mps))
+	opts := []spec.Option{spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(p.shares.replicas), spec.WithMPS(p.shares.mps)}
+	if n.migOwned != nil {
+		opts = append(opts, spec.WithMIGOnDemand())
+	}
+	p.gen = spec.New(opts...)
 	if p.spec, err = p.gen.Generate(node, p.published); err != nil {
 		return p, fmt.Errorf("generate the CDI spec: %w", err)
 	}

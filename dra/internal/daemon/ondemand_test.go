@@ -74,3 +74,29 @@ func TestMIGOnDemandThroughTheDRASocket(t *testing.T) {
 		t.Errorf("not ready after unprepare: %v", err)
 	}
 }
+
+// A node whose only GPU has MIG mode on and no MIG device starts with
+// --mig-on-demand: its CDI spec has no device, so there is no file; a
+// claim's MIG device brings it, and its unprepare takes it away again.
+func TestMIGOnDemandOnlyGPU(t *testing.T) {
+	r := newRig(t, "sim:a100-80gb,mig=0", "--mig-on-demand")
+	r.register(t)
+	if s := r.cdiSpecs(t); s != "" {
+		t.Errorf("a CDI spec before any MIG device: %s", s)
+	}
+	c := r.dra(t)
+	claim := r.claim(t, "only", "uid-only", contract.DRAMIGSlotDeviceName(0, "7g.80gb", 0))
+	resp, err := c.NodePrepareResources(context.Background(), &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{claim}})
+	if err != nil || resp.Claims[claim.Uid].GetError() != "" {
+		t.Fatalf("prepare: %v %v", resp, err)
+	}
+	if s := r.cdiSpecs(t); !strings.Contains(s, "MIG-") {
+		t.Errorf("the CDI spec lacks the made MIG device: %s", s)
+	}
+	if _, err := c.NodeUnprepareResources(context.Background(), &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{claim}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.cdiSpecs(t); s != "" {
+		t.Errorf("a CDI spec after the last MIG device went: %s", s)
+	}
+}
