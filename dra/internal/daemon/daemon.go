@@ -172,13 +172,14 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	if err != nil {
 		return err
 	}
+	placements := map[string]int{}
 	for _, dev := range drv.Devices() {
 		if dev.Share {
 			d.log.Info("publishing GPU share device", "device", dev.Name, "uuid", dev.UUID, "class", contract.DRAShareClass)
 			continue
 		}
 		if dev.Slot != nil {
-			d.log.Info("publishing MIG placement, its MIG device made on demand", "device", dev.Name, "profile", dev.Slot.Profile, "placement_start", dev.Slot.Placement.Start, "placement_size", dev.Slot.Placement.Size, "parent_uuid", dev.UUID)
+			placements[dev.UUID]++
 			continue
 		}
 		if dev.MIG != nil {
@@ -186,6 +187,9 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 			continue
 		}
 		d.log.Info("publishing GPU", "device", dev.Name, "uuid", dev.UUID, "name", dev.Device.Name, "numa", dev.NUMANode, "cdi_device", dev.CDIName)
+	}
+	for uuid, n := range placements {
+		d.log.Info("publishing a MIG GPU by its placements: a claim's MIG device is made at prepare (--mig-on-demand)", "uuid", uuid, "placements", n)
 	}
 	d.log.Info("checkpoint loaded", "path", state.Path(), "prepared_claims", state.Len())
 
