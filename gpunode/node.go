@@ -68,6 +68,8 @@ type GPUs struct {
 	// MPS runs the MPS daemons of a plugin that shares by claim
 	// (WithClaimMPS); nil otherwise.
 	MPS *ClaimMPS
+	// MIG makes MIG devices on demand (WithMIGOnDemand); nil otherwise.
+	MIG *MIGOnDemand
 
 	// labels are the node's GPU labels for these GPUs (WithNodeLabels).
 	labels map[string]string
@@ -150,6 +152,8 @@ type Node struct {
 	mpsHost   string
 	mps       *mps.Manager
 	labels    *nodelabels.Publisher
+	// migOwned are the MIG devices the plugin made (WithMIGOnDemand).
+	migOwned func(parent string, at gpu.MIGPlacement) bool
 
 	reg       *prometheus.Registry
 	events    *prometheus.CounterVec
@@ -337,6 +341,9 @@ func (n *Node) publish(ctx context.Context, b *backend.Backend, serve Serve) err
 			n.withdrawLabels(ctx)
 			return err
 		}
+		if n.migOwned != nil {
+			gpus.MIG = &MIGOnDemand{n: n, b: b}
+		}
 		n.state.SetReady()
 		next, err := n.round(ctx, b, gpus, seen, serve)
 		if err != nil || next == nil {
@@ -415,7 +422,11 @@ func (n *Node) plan(node gpu.Node) (publication, error) {
 	if p.shares, err = n.shares(p.published); err != nil {
 		return p, err
 	}
-	p.gen = spec.New(spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(p.shares.replicas), spec.WithMPS(p.shares.mps))
+	opts := []spec.Option{spec.WithVendor(n.cfg.CDIVendor), spec.WithClass(n.cfg.CDIClass), spec.WithDriverRoot(n.cfg.DriverRoot), spec.WithHostDriverRoot(n.cfg.HostDriverRoot), spec.WithHookBinary(n.cfg.HookBinary), spec.WithSharedReplicas(p.shares.replicas), spec.WithMPS(p.shares.mps)}
+	if n.migOwned != nil {
+		opts = append(opts, spec.WithMIGOnDemand())
+	}
+	p.gen = spec.New(opts...)
 	if p.spec, err = p.gen.Generate(node, p.published); err != nil {
 		return p, fmt.Errorf("generate the CDI spec: %w", err)
 	}

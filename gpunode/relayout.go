@@ -61,7 +61,7 @@ func (n *Node) round(ctx context.Context, b *backend.Backend, gpus GPUs, layout 
 	g.Go(func() error { return n.watchDriver(ctx, gpus) })
 	g.Go(func() error {
 		var err error
-		next, err = n.watchLayout(ctx, b, publishedSet(gpus.Published), layout, rescan)
+		next, err = n.watchLayout(ctx, b, n.publishedSet(gpus.Published), layout, rescan)
 		return err
 	})
 	g.Go(func() error {
@@ -117,7 +117,7 @@ func (n *Node) watchLayout(ctx context.Context, b *backend.Backend, current []st
 			n.state.SetNotReady(fmt.Sprintf("the MIG layout changed to one that cannot be published (%v); serving the GPUs published before", err))
 			continue
 		}
-		next := publishedSet(p.published)
+		next := n.publishedSet(p.published)
 		if slices.Equal(next, current) {
 			n.state.SetReady()
 			continue
@@ -131,7 +131,7 @@ func (n *Node) watchLayout(ctx context.Context, b *backend.Backend, current []st
 // republished logs the change from the round before and counts it; the
 // next round's GPUs are prepared.
 func (n *Node) republished(before GPUs, after []string) {
-	added, removed := diff(publishedSet(before.Published), after)
+	added, removed := diff(n.publishedSet(before.Published), after)
 	n.log.Info("MIG layout changed: republishing the GPUs without a restart", "added", added, "removed", removed)
 	for _, d := range before.Published {
 		for _, m := range d.MIG {
@@ -150,13 +150,17 @@ func (n *Node) republished(before GPUs, after []string) {
 }
 
 // publishedSet is what a republish compares: each published GPU's UUID,
-// and each MIG device's under it with its profile, sorted.
-func publishedSet(devs []gpu.Device) []string {
+// and each MIG device's under it with its profile, sorted; MIG devices the
+// plugin made on demand are its own business (WithMIGOnDemand).
+func (n *Node) publishedSet(devs []gpu.Device) []string {
 	var out []string
 	for _, d := range devs {
 		out = append(out, d.UUID)
 		if d.MIGEnabled {
 			for _, m := range d.MIG {
+				if n.migOwned != nil && n.migOwned(d.UUID, m.Placement) {
+					continue
+				}
 				out = append(out, migKey(m))
 			}
 		}

@@ -82,6 +82,8 @@ type Generator struct {
 	hookBinary     string
 	replicas       map[string]int
 	mps            map[string]MPSShare
+	// migOnDemand allows a spec of MIG GPUs without MIG devices yet.
+	migOnDemand bool
 }
 
 // MPSShare is how a GPU or MIG device shared through MPS reaches its
@@ -140,6 +142,11 @@ func WithSharedReplicas(replicas map[string]int) Option {
 // directory, the daemons' /dev/shm, and its limits in MPS's client env
 // (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT).
 func WithMPS(shares map[string]MPSShare) Option { return func(g *Generator) { g.mps = shares } }
+
+// WithMIGOnDemand allows selected GPUs with MIG mode on and no MIG device
+// yet (a plugin makes them on demand and writes the spec again): until one
+// is made the spec may have no device, which Write stores as no file.
+func WithMIGOnDemand() Option { return func(g *Generator) { g.migOnDemand = true } }
 
 // New returns a Generator.
 func New(opts ...Option) *Generator {
@@ -224,7 +231,7 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 			s.Devices = append(s.Devices, specs.Device{Name: strconv.Itoa(d.Index), Annotations: ann, ContainerEdits: edits})
 		}
 	}
-	if len(s.Devices) == 0 {
+	if len(s.Devices) == 0 && !g.migOnDemand {
 		return nil, errors.New("no device to put in the CDI spec: the selected GPUs have MIG mode on without MIG devices; create MIG devices (nvidia-smi mig -cgi <profiles> -C) or disable MIG (nvidia-smi -mig 0)")
 	}
 	for u := range g.replicas {
@@ -260,7 +267,9 @@ func (g *Generator) Generate(node gpu.Node, devs []gpu.Device) (*specs.Spec, err
 		all.DeviceNodes = append(all.DeviceNodes, e.DeviceNodes...)
 		all.Env = append(all.Env, e.Env...)
 	}
-	s.Devices = append(s.Devices, specs.Device{Name: "all", ContainerEdits: all})
+	if len(all.DeviceNodes) > 0 {
+		s.Devices = append(s.Devices, specs.Device{Name: "all", ContainerEdits: all})
+	}
 	s.ContainerEdits = g.commonEdits(node, files)
 	if s.Version, err = specs.MinimumRequiredVersion(s); err != nil {
 		return nil, fmt.Errorf("determine the CDI version of the spec: %w", err)
@@ -427,13 +436,24 @@ func FileName(s *specs.Spec) (string, error) {
 }
 
 // Write stores s in dir atomically unless an identical spec is already
-// there. It returns the file's path and whether it changed.
+// there; a spec without devices (WithMIGOnDemand) removes the file. It
+// returns the file's path and whether it changed.
 func Write(dir string, s *specs.Spec) (string, bool, error) {
 	name, err := FileName(s)
 	if err != nil {
 		return "", false, err
 	}
 	p := filepath.Join(dir, name)
+	if len(s.Devices) == 0 {
+		err := os.Remove(p)
+		if errors.Is(err, os.ErrNotExist) {
+			return p, false, nil
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("remove CDI spec %s, which has no device left: %w", p, err)
+		}
+		return p, true, nil
+	}
 	if old, err := cdi.ReadSpec(p, 0); err == nil && reflect.DeepEqual(old.Spec, s) {
 		return p, false, nil
 	}

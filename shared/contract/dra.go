@@ -49,6 +49,14 @@ func DRAMIGDeviceName(parent int, profile string, gi, ci int) string {
 	return DRADeviceName(parent) + "-mig-" + p + "-gi" + strconv.Itoa(gi) + "-ci" + strconv.Itoa(ci)
 }
 
+// DRAMIGSlotDeviceName is the ResourceSlice device of the placement at
+// memory slice start where a MIG device of profile can be made on demand on
+// the GPU with NVML index parent: "gpu-1-mig-1g10gb-at2".
+func DRAMIGSlotDeviceName(parent int, profile string, start int) string {
+	p := strings.NewReplacer(".", "", "+", "-").Replace(strings.ToLower(profile))
+	return DRADeviceName(parent) + "-mig-" + p + "-at" + strconv.Itoa(start)
+}
+
 // DRAShareDeviceName is the ResourceSlice device of the GPU with NVML index
 // i that many claims share by consumable capacity (KEP-5075): "gpu-0-share".
 func DRAShareDeviceName(i int) string { return DRADeviceName(i) + "-share" }
@@ -93,6 +101,11 @@ const (
 	DRAAttrMIGGI               = "migGI"
 	DRAAttrMIGCI               = "migCI"
 	DRACapacityMultiprocessors = "multiprocessors"
+	// A placement where a MIG device is made on demand: migOnDemand true,
+	// and the GPU instance's first memory slice and slice count.
+	DRAAttrMIGOnDemand    = "migOnDemand"
+	DRAAttrPlacementStart = "placementStart"
+	DRAAttrPlacementSize  = "placementSize"
 	// DRACounterMemory (bytes) and DRACounterMemorySlice + <i> (one per
 	// memory slice a GPU instance occupies) are the counters of a GPU's
 	// counter set.

@@ -217,3 +217,18 @@ type Inventory interface {
 	CheckHealth(ctx context.Context, uuid string) (DeviceHealth, error)
 	Close() error
 }
+
+// MIGSlot is a place on a GPU with MIG mode on where a GPU instance of one
+// profile, with one compute instance over all its slices, can be made.
+type MIGSlot struct {
+	// Profile is NVIDIA's name ("1g.10gb"); GIProfile the NVML profile
+	// constant it is made from.
+	Profile   string
+	GIProfile int
+	Placement MIGPlacement
+	// MemoryBytes, GPUSlices and Multiprocessors are what the made MIG
+	// device has.
+	MemoryBytes     uint64
+	GPUSlices       int
+	Multiprocessors int
+}

@@ -61,6 +61,20 @@ type Device struct {
 	// allocations (a GPU's share device); kubelet gets it back in every
 	// answer for the claim.
 	ShareID string `json:"shareID,omitempty"`
+	// MIG is the placement a MIG device was made at for this claim (MIG on
+	// demand): unprepare destroys the instance there.
+	MIG *MIGSlot `json:"mig,omitempty"`
+}
+
+// MIGSlot is where a MIG device made on demand sits: its parent GPU, its
+// profile and the GPU instance's placement.
+type MIGSlot struct {
+	ParentUUID  string `json:"parentUUID"`
+	ParentIndex int    `json:"parentIndex"`
+	Profile     string `json:"profile"`
+	GIProfile   int    `json:"giProfile"`
+	Start       int    `json:"start"`
+	Size        int    `json:"size"`
 }
 
 // MPSLimits are an MPS daemon's default client limits.
@@ -75,6 +89,10 @@ type Claim struct {
 	Namespace string   `json:"namespace"`
 	Name      string   `json:"name"`
 	Devices   []Device `json:"devices"`
+	// Pending marks an intent: written before the claim's MIG devices are
+	// made, never answered to kubelet. A pending claim found at start was
+	// cut off mid-prepare: what it names is destroyed and it is forgotten.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // String names the claim as users know it.

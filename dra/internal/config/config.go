@@ -37,13 +37,16 @@ type Config struct {
 	// Shares publishes each GPU's share device (consumable capacity,
 	// KEP-5075), enforced by an MPS daemon per share.
 	Shares bool
+	// MIGOnDemand publishes a MIG GPU without instances by its placements
+	// and makes a claim's MIG device at prepare.
+	MIGOnDemand bool
 }
 
 // Attrs renders the configuration for one structured log line.
 func (c Config) Attrs() []any {
 	return append([]any{"driver", contract.DRADriver}, append(c.Config.Attrs(),
 		"registrar_dir", c.RegistrarDir, "plugin_dir", c.PluginDir,
-		"hold_resource_endpoint", c.HoldEndpoint, "kubelet_dir", c.KubeletDir, "owner_label", c.OwnerLabel, "gpu_shares", c.Shares)...)
+		"hold_resource_endpoint", c.HoldEndpoint, "kubelet_dir", c.KubeletDir, "owner_label", c.OwnerLabel, "gpu_shares", c.Shares, "mig_on_demand", c.MIGOnDemand)...)
 }
 
 // Load parses args (without the program name); a flag on the command line
@@ -73,6 +76,7 @@ Signals: SIGTERM/SIGINT stop it; SIGHUP clears every GPU's Xid and loss marks.`)
 	fs.StringVar(&c.KubeletDir, "kubelet-dir", "/var/lib/kubelet/device-plugins", "kubelet's device plugin directory (holds kubelet.sock), for --hold-resource-endpoint")
 	fs.StringVar(&c.OwnerLabel, "owner-label", "", "node label the DaemonSet selects by (value "+contract.DRAModeDRA+", e.g. "+contract.DRAModeLabel+"): stopping on a node whose label no longer says so, nvinject-dra deletes its ResourceSlices at once; empty keeps them (kubelet wipes them 30 s after the plugin is gone)")
 	fs.BoolVar(&c.Shares, "gpu-shares", false, "also publish each GPU without MIG as a share device (gpu-<index>-share, DeviceClass "+contract.DRAShareClass+"): claims consume part of its memory and computePercent (KEP-5075 consumable capacity), each enforced by its own MPS daemon; needs --mps-dir and the API server's DRAConsumableCapacity and DRAPartitionableDevices gates")
+	fs.BoolVar(&c.MIGOnDemand, "mig-on-demand", false, "publish each GPU with MIG mode on and no MIG device as its placements (one device per placement of each profile, KEP-4815 counters keep them apart) and make a claim's MIG device at prepare through NVML, destroying it at unprepare; needs the API server's DRAPartitionableDevices gate")
 	if err := cmd.Parse(args, getenv); err != nil {
 		return Config{}, err
 	}

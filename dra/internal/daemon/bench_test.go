@@ -60,6 +60,22 @@ func BenchmarkNodePrepareResourcesMIG(b *testing.B) {
 	b.Run("mig", func(b *testing.B) { benchPrepare(b, c, mig) })
 }
 
+// BenchmarkNodePrepareResourcesMIGOnDemand is NodePrepareResources of a
+// claim on a placement (--mig-on-demand): the claim checkpointed as
+// pending, the GPU and compute instance made through the SIMULATED NVML,
+// the node's CDI spec rewritten with the made MIG device, the claim
+// checkpointed; each untimed unprepare destroys it again. Against the whole
+// GPU's prepare on the same node in the same run.
+func BenchmarkNodePrepareResourcesMIGOnDemand(b *testing.B) {
+	r := newRig(b, "sim:a100-80gb*2,mig=1", "--mig-on-demand")
+	r.register(b)
+	c := r.dra(b)
+	gpu := r.claim(b, "bench-gpu", "uid-bench-gpu", "gpu-0")
+	mig := r.claim(b, "bench-mig", "uid-bench-mig", contract.DRAMIGSlotDeviceName(1, "1g.10gb", 0))
+	b.Run("gpu", func(b *testing.B) { benchPrepare(b, c, gpu) })
+	b.Run("on-demand", func(b *testing.B) { benchPrepare(b, c, mig) })
+}
+
 func benchPrepare(b *testing.B, c drapbv1.DRAPluginClient, claim *drapbv1.Claim) {
 	req := &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{claim}}
 	un := &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{claim}}

@@ -34,6 +34,7 @@ import (
 	"github.com/nvinject/nvinject/gpunode/nodelabels/typednodes"
 	"github.com/nvinject/nvinject/gpunode/nodemove"
 	"github.com/nvinject/nvinject/shared/contract"
+	"github.com/nvinject/nvinject/shared/gpu"
 	"github.com/nvinject/nvinject/shared/httpserve"
 )
 
@@ -50,6 +51,8 @@ type Daemon struct {
 
 	node  *gpunode.Node
 	ready *httpserve.Readiness
+	// state is the checkpoint of prepared claims, open while Run runs.
+	state *checkpoint.Store
 	// err is why the daemon cannot run (its API client), from New.
 	err error
 }
@@ -102,7 +105,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) *Daemon {
 			DeviceID: driver.DeviceName, Coalesced: contract.MetricDRAHealthCoalesced,
 		}),
 		gpunode.WithRepublishMetric(contract.MetricDRARepublishes),
-	}, labels...), d.nodeOpts...)...)
+	}, labels...), append(d.nodeOpts, d.migOnDemand()...)...)...)
 	return d
 }
 
@@ -118,7 +121,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return d.err
 	}
 	m := newMetrics(d.node.Registry())
+	state, err := checkpoint.Open(d.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer state.Close()
+	d.state = state
 	return d.node.Run(ctx, func(ctx context.Context, g gpunode.GPUs) error { return d.serve(ctx, d.client, g, m) })
+}
+
+// migOnDemand lets the node make MIG devices (--mig-on-demand): the ones
+// the checkpoint's claims made are the driver's, not a new layout.
+func (d *Daemon) migOnDemand() []gpunode.Option {
+	if !d.cfg.MIGOnDemand {
+		return nil
+	}
+	return []gpunode.Option{gpunode.WithMIGOnDemand(func(parent string, at gpu.MIGPlacement) bool {
+		return driver.OwnsMIG(d.state, parent, at)
+	})}
 }
 
 // serve runs the DRA driver over the node's GPUs behind kubelet's plugin
@@ -128,11 +148,7 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	if err := os.MkdirAll(d.cfg.DriverPluginDir(), 0o750); err != nil {
 		return fmt.Errorf("create the plugin dir %s: %w; check --kubelet-plugins-dir", d.cfg.DriverPluginDir(), err)
 	}
-	state, err := checkpoint.Open(d.cfg.StateDir)
-	if err != nil {
-		return err
-	}
-	defer state.Close()
+	state := d.state
 	fatal := make(chan error, 1)
 	opts := []driver.Option{driver.WithLogger(d.log), driver.WithMetrics(m), driver.WithHealthTiming(d.resend, d.lease),
 		driver.WithClaimLookup(kubeapi.Claims(client)), driver.WithReported(gpus.Reported),
@@ -149,13 +165,21 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 	if d.cfg.Shares {
 		opts = append(opts, driver.WithShares())
 	}
+	if gpus.MIG != nil {
+		opts = append(opts, driver.WithMIGOnDemand(gpus.MIG))
+	}
 	drv, err := driver.New(d.cfg.NodeName, gpus.Node, gpus.Published, gpus.CDIName, gpus.Health, state, opts...)
 	if err != nil {
 		return err
 	}
+	placements := map[string]int{}
 	for _, dev := range drv.Devices() {
 		if dev.Share {
 			d.log.Info("publishing GPU share device", "device", dev.Name, "uuid", dev.UUID, "class", contract.DRAShareClass)
+			continue
+		}
+		if dev.Slot != nil {
+			placements[dev.UUID]++
 			continue
 		}
 		if dev.MIG != nil {
@@ -163,6 +187,9 @@ func (d *Daemon) serve(ctx context.Context, client kubernetes.Interface, gpus gp
 			continue
 		}
 		d.log.Info("publishing GPU", "device", dev.Name, "uuid", dev.UUID, "name", dev.Device.Name, "numa", dev.NUMANode, "cdi_device", dev.CDIName)
+	}
+	for uuid, n := range placements {
+		d.log.Info("publishing a MIG GPU by its placements: a claim's MIG device is made at prepare (--mig-on-demand)", "uuid", uuid, "placements", n)
 	}
 	d.log.Info("checkpoint loaded", "path", state.Path(), "prepared_claims", state.Len())
 

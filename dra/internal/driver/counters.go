@@ -17,12 +17,17 @@ import (
 // (shareCounters). nil when no GPU has MIG on and no share device is
 // published: a pool of whole GPUs only has nothing to partition, and stays
 // publishable where DRAPartitionableDevices is off.
-func counterSets(selected []gpu.Device, shares bool) []resourceapi.CounterSet {
+func counterSets(selected []gpu.Device, shares bool, slots map[string][]Device) []resourceapi.CounterSet {
 	var out []resourceapi.CounterSet
 	mig := shares
 	for _, g := range selected {
 		mig = mig || g.MIGEnabled
 		c := gpuCounters(g)
+		for _, s := range slots[g.UUID] {
+			for i := s.Slot.Placement.Start; i < s.Slot.Placement.Start+s.Slot.Placement.Size; i++ {
+				c[memorySlice(i)] = resourceapi.Counter{Value: *resource.NewQuantity(1, resource.DecimalSI)}
+			}
+		}
 		if shares && !g.MIGEnabled {
 			c = shareCounters(2)
 		}
@@ -60,6 +65,12 @@ func (d *Driver) consumes(dev Device) []resourceapi.DeviceCounterConsumption {
 		c = shareCounters(2)
 	case d.shares && !dev.MIGEnabled:
 		c = shareCounters(1)
+	}
+	if s := dev.Slot; s != nil {
+		c = map[string]resourceapi.Counter{contract.DRACounterMemory: {Value: bytesQuantity(s.MemoryBytes)}}
+		for i := s.Placement.Start; i < s.Placement.Start+s.Placement.Size; i++ {
+			c[memorySlice(i)] = resourceapi.Counter{Value: *resource.NewQuantity(1, resource.DecimalSI)}
+		}
 	}
 	if m := dev.MIG; m != nil {
 		num, den := uint64(m.ComputeSlices), uint64(m.GPUSlices)

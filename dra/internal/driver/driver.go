@@ -63,6 +63,9 @@ type Device struct {
 	// Share marks the GPU's share device (WithShares): many claims each
 	// get a part of its memory and compute, enforced by an MPS daemon.
 	Share bool
+	// Slot marks a placement where a MIG device is made on demand
+	// (WithMIGOnDemand); its MIG device exists only while a claim holds it.
+	Slot *gpu.MIGSlot
 	// Name is the device's name in the ResourceSlice (gpu-<index>, or
 	// contract.DRAMIGDeviceName for a MIG device).
 	Name string
@@ -83,6 +86,9 @@ func (d Device) ID() string {
 func (d Device) Describe() string {
 	if d.Share {
 		return fmt.Sprintf("share device %s of GPU %s", d.Name, d.UUID)
+	}
+	if d.Slot != nil {
+		return fmt.Sprintf("MIG placement %s (%s at slice %d on GPU %s)", d.Name, d.Slot.Profile, d.Slot.Placement.Start, d.UUID)
 	}
 	if d.MIG != nil {
 		return fmt.Sprintf("MIG device %s (%s on GPU %s)", d.Name, d.MIG.UUID, d.UUID)
@@ -119,6 +125,11 @@ type Driver struct {
 	mps MPSDaemons
 	// shares publishes a share device beside each whole GPU.
 	shares bool
+	// maker makes MIG devices on demand; nil publishes MIG devices that
+	// exist only.
+	maker   MIGMaker
+	cdiName func(uuid string) string
+	parents map[string]gpu.Device
 
 	// unhealthySince keeps each Unhealthy GPU's first Unhealthy time, so a
 	// republished taint keeps its timeAdded.
@@ -212,6 +223,7 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 		health: h, state: state, log: slog.Default(), metrics: NopMetrics{},
 		resend: 10 * time.Second, healthLease: 30 * time.Second, fatal: func(error) {},
 		unhealthySince: map[string]time.Time{}, held: map[string]heldTaint{}, republish: make(chan struct{}, 1),
+		cdiName: cdiName, parents: map[string]gpu.Device{},
 	}
 	for _, o := range opts {
 		o(d)
@@ -220,13 +232,36 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 		d.reported = h
 	}
 	for _, g := range selected {
+		d.parents[g.UUID] = g
+	}
+	if err := d.dropPending(); err != nil {
+		return nil, err
+	}
+	owned := ownedSlots(d.state.All())
+	slots := map[string][]Device{}
+	for _, g := range selected {
+		if d.onDemand(g, owned) {
+			devs, err := d.slotDevices(g)
+			if err != nil {
+				return nil, err
+			}
+			slots[g.UUID] = devs
+		}
+	}
+	for _, g := range selected {
 		devs := []Device{{Device: g, Name: DeviceName(g), CDIName: cdiName(g.UUID)}}
 		if d.shares && !g.MIGEnabled {
 			devs = append(devs, Device{Device: g, Share: true, Name: contract.DRAShareDeviceName(g.Index), CDIName: cdiName(g.UUID)})
 		}
 		if g.MIGEnabled {
 			devs = devs[:0]
+			if s, ok := slots[g.UUID]; ok {
+				devs = s
+			}
 			for i := range g.MIG {
+				if slots[g.UUID] != nil {
+					break
+				}
 				m := &g.MIG[i]
 				devs = append(devs, Device{Device: g, MIG: m, Name: contract.DRAMIGDeviceName(g.Index, m.Profile, m.GPUInstance, m.ComputeInstance), CDIName: cdiName(m.UUID)})
 			}
@@ -242,7 +277,7 @@ func New(pool string, node gpu.Node, selected []gpu.Device, cdiName func(uuid st
 	if len(d.devices) == 0 {
 		return nil, errors.New("no device to publish: the selected GPUs have MIG mode on but no MIG devices; create them (nvidia-smi mig -cgi <profiles> -C) or disable MIG (nvidia-smi -i <index> -mig 0)")
 	}
-	d.counters = counterSets(selected, d.shares)
+	d.counters = counterSets(selected, d.shares, slots)
 	if err := d.restoreClaimSpecs(); err != nil {
 		return nil, err
 	}

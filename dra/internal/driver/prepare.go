@@ -43,7 +43,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 
 func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kubeletplugin.PrepareResult, error) {
 	name := c.Namespace + "/" + c.Name
-	if cp, ok := d.state.Get(string(c.UID)); ok {
+	if cp, ok := d.state.Get(string(c.UID)); ok && !cp.Pending {
 		return resultOf(cp), nil
 	}
 	if c.Status.Allocation == nil {
@@ -88,6 +88,14 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 			CDIDeviceIDs: []string{dev.CDIName}, AdminAccess: admin, Sharing: string(configs[r.Request].Strategy()),
 			MPS: mpsLimits(configs[r.Request]),
 		}
+		if s := dev.Slot; s != nil {
+			pd.UUID, pd.CDIDeviceIDs = "", nil
+			pd.MIG = &checkpoint.MIGSlot{ParentUUID: dev.UUID, ParentIndex: dev.Index, Profile: s.Profile, GIProfile: s.GIProfile, Start: s.Placement.Start, Size: s.Placement.Size}
+			if admin {
+				return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %s has no MIG device until a claim makes one; admin access is served on whole GPUs and existing MIG devices: ask for the parent GPU (%s)", name, dev.Describe(), DeviceName(dev.Device))
+			}
+			cp.Pending = true
+		}
 		switch {
 		case dev.Share && admin:
 			// A monitor of a GPU in shares: kubelet gets its share ID
@@ -105,11 +113,22 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (kub
 	if err := oneShare(cp); err != nil {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
 	}
-	if err := d.share(ctx, &cp); err != nil {
+	made := cp.Pending
+	if err := d.makeMIG(ctx, &cp); err != nil {
 		return kubeletplugin.PrepareResult{}, fmt.Errorf("ResourceClaim %s: %w", name, err)
 	}
+	// What a failure below leaves: the MIG devices made for the claim go.
+	undo := func() error {
+		if !made {
+			return nil
+		}
+		return d.dropMIG(ctx, cp)
+	}
+	if err := d.share(ctx, &cp); err != nil {
+		return kubeletplugin.PrepareResult{}, errors.Join(fmt.Errorf("ResourceClaim %s: %w", name, err), undo())
+	}
 	if err := d.state.Put(cp); err != nil {
-		return kubeletplugin.PrepareResult{}, errors.Join(fmt.Errorf("ResourceClaim %s: %w", name, err), d.unshare(cp.UID))
+		return kubeletplugin.PrepareResult{}, errors.Join(fmt.Errorf("ResourceClaim %s: %w", name, err), d.unshare(cp.UID), undo())
 	}
 	d.log.Info("claim prepared", "claim", name, "claim_uid", cp.UID, "devices", deviceNames(cp))
 	return resultOf(cp), nil
@@ -244,6 +263,15 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			d.metrics.Unprepared("error")
 			out[c.UID] = fmt.Errorf("ResourceClaim %s: %w", c.NamespacedName.String(), err)
 			continue
+		}
+		// Its MIG devices made on demand go before the claim is forgotten:
+		// a failure leaves it prepared for kubelet's retry.
+		if cp, ok := d.state.Get(string(c.UID)); ok {
+			if err := d.destroyMIG(ctx, cp); err != nil {
+				d.metrics.Unprepared("error")
+				out[c.UID] = err
+				continue
+			}
 		}
 		had, err := d.state.Delete(string(c.UID))
 		switch {

@@ -121,6 +121,23 @@ func (d *Driver) sliceDevice(g Device) resourceapi.Device {
 		capacity = shareCapacity(g.MemoryBytes)
 		allowMultiple = &g.Share
 	}
+	if s := g.Slot; s != nil {
+		delete(attrs, contract.DRAAttrIndex)
+		delete(attrs, contract.DRAAttrMinor)
+		delete(attrs, contract.DRAAttrUUID)
+		onDemand := true
+		attrs[contract.DRAAttrType] = str(contract.DRATypeMIG)
+		attrs[contract.DRAAttrParentUUID] = str(g.UUID)
+		attrs[contract.DRAAttrParentIndex] = num(g.Index)
+		attrs[contract.DRAAttrProfile] = str(s.Profile)
+		attrs[contract.DRAAttrMIGOnDemand] = resourceapi.DeviceAttribute{BoolValue: &onDemand}
+		attrs[contract.DRAAttrPlacementStart] = num(s.Placement.Start)
+		attrs[contract.DRAAttrPlacementSize] = num(s.Placement.Size)
+		capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			contract.DRACapacityMemory:          {Value: bytesQuantity(s.MemoryBytes)},
+			contract.DRACapacityMultiprocessors: {Value: *resource.NewQuantity(int64(s.Multiprocessors), resource.DecimalSI)},
+		}
+	}
 	if m := g.MIG; m != nil {
 		delete(attrs, contract.DRAAttrIndex)
 		delete(attrs, contract.DRAAttrMinor)

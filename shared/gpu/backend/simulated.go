@@ -53,8 +53,13 @@ func OpenSimulated(value string, o Options) (*Backend, *sim.Node, error) {
 		opts = append(opts, sim.WithStateFile(filepath.Join(o.DriverRoot, sim.StateFile)))
 	}
 	node := sim.New(spec, opts...)
-	inv, err := nvmlinv.New(node.NVML(), nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithCaps(node.ProcFS(), "the SIMULATED driver's procfs"),
-		nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source))
+	invOpts := []nvmlinv.Option{nvmlinv.WithNodeLookup(node.Nodes()), nvmlinv.WithCaps(node.ProcFS(), "the SIMULATED driver's procfs"),
+		nvmlinv.WithSimulated(), nvmlinv.WithDriverSource(source)}
+	if o.DriverRoot != "" {
+		// MIG devices made on demand join the layout every process follows.
+		invOpts = append(invOpts, nvmlinv.WithMIGChanged(func() error { _, err := node.SaveState(); return err }))
+	}
+	inv, err := nvmlinv.New(node.NVML(), invOpts...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -38,6 +38,9 @@ type Inventory struct {
 	simulated bool
 	source    string
 	waitSlice uint32
+	// migChanged shares a MIG layout CreateMIG or DestroyMIG changed
+	// (WithMIGChanged).
+	migChanged func() error
 
 	mu     sync.Mutex
 	closed bool
@@ -69,6 +72,11 @@ func WithDriverSource(s string) Option { return func(i *Inventory) { i.source = 
 func WithWaitSlice(d time.Duration) Option {
 	return func(i *Inventory) { i.waitSlice = uint32(d / time.Millisecond) }
 }
+
+// WithMIGChanged calls f after CreateMIG or DestroyMIG changed the MIG
+// layout: a SIMULATED node shares its layout with the node's other
+// processes through it, as a real driver's kernel module does by itself.
+func WithMIGChanged(f func() error) Option { return func(i *Inventory) { i.migChanged = f } }
 
 // ErrLibraryNotFound is returned when libnvidia-ml.so.1 cannot be loaded.
 var ErrLibraryNotFound = errors.New("NVML library libnvidia-ml.so.1 not found")
