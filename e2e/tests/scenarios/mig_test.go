@@ -303,10 +303,16 @@ func TestDRAMIGClaimByProfile(t *testing.T) {
 	attr := `device.attributes["` + contract.DRADriver + `"].`
 	createCELTemplate(t, ctx, "mig-1g", attr+contract.DRAAttrType+` == "`+contract.DRATypeMIG+`" && `+attr+contract.DRAAttrProfile+` == "1g.10gb"`)
 	createCELTemplate(t, ctx, "whole-gpu", attr+contract.DRAAttrType+` == "`+contract.DRATypeGPU+`"`)
-	for _, p := range [][2]string{{"dra-mig-a", "mig-1g"}, {"dra-mig-b", "mig-1g"}, {"dra-whole", "whole-gpu"}} {
+	// The first claim alone: claim → Running on a pre-made instance, the
+	// anchor of TestDRAMIGOnDemand's figure when both run together.
+	t0 := time.Now()
+	createDRAPod(t, ctx, "dra-mig-a", podSpec{runtimeClass: true}, "mig-1g")
+	waitPod(t, ctx, "dra-mig-a", 2*time.Minute, "Running", running)
+	t.Logf("FIGURE DRA MIG pre-made: a 1g.10gb claim on a pre-made instance, pod create → Running %s", time.Since(t0).Round(time.Millisecond))
+	for _, p := range [][2]string{{"dra-mig-b", "mig-1g"}, {"dra-whole", "whole-gpu"}} {
 		createDRAPod(t, ctx, p[0], podSpec{runtimeClass: true}, p[1])
 	}
-	for _, n := range []string{"dra-mig-a", "dra-mig-b", "dra-whole"} {
+	for _, n := range []string{"dra-mig-b", "dra-whole"} {
 		waitPod(t, ctx, n, 2*time.Minute, "Running", running)
 	}
 	a, b := checkMIGPod(t, ctx, node, "dra-mig-a", "1g.10gb"), checkMIGPod(t, ctx, node, "dra-mig-b", "1g.10gb")
