@@ -288,3 +288,59 @@ func TestHelmModes(t *testing.T) {
 		t.Error("mode=both accepted")
 	}
 }
+
+// TestDRAComponents: components/dra-gpu-shares and dra-mig-on-demand over
+// overlays/dra-node add their flag to nvinject-dra, the second also making
+// it privileged (the MIG config capability) with its driver root still
+// read-only; the chart's dra.gpuShares and dra.migOnDemand render the same
+// DaemonSets; an unknown component is refused by name.
+func TestDRAComponents(t *testing.T) {
+	for _, tc := range []struct {
+		components []string
+		values     map[string]any
+		flags      []string
+		privileged bool
+	}{
+		{nil, map[string]any{}, nil, false},
+		{[]string{"dra-gpu-shares"}, map[string]any{"gpuShares": true}, []string{"--gpu-shares"}, false},
+		{[]string{"dra-mig-on-demand"}, map[string]any{"migOnDemand": true}, []string{"--mig-on-demand"}, true},
+		{[]string{"dra-gpu-shares", "dra-mig-on-demand"}, map[string]any{"gpuShares": true, "migOnDemand": true}, []string{"--gpu-shares", "--mig-on-demand"}, true},
+	} {
+		t.Run(fmt.Sprint(tc.components), func(t *testing.T) {
+			out, err := Kustomize("overlays/dra-node", WithComponents(tc.components...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, rest := splitDRA(t, out)
+			k := decode(t, rest)
+			ds := k.daemonSets[draDaemonSet]
+			c := ds.Spec.Template.Spec.Containers[0]
+			checkSecurity(t, draDaemonSet, c, tc.privileged)
+			for _, f := range []string{"--gpu-shares", "--mig-on-demand"} {
+				if got, want := slices.Contains(c.Args, f), slices.Contains(tc.flags, f); got != want {
+					t.Errorf("args %v: %s present %v, want %v", c.Args, f, got, want)
+				}
+			}
+			for _, m := range c.VolumeMounts {
+				if m.Name == "driver-root" && !m.ReadOnly {
+					t.Error("the driver root is mounted writable")
+				}
+			}
+			if k.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].SecurityContext.Privileged == nil || *k.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].SecurityContext.Privileged {
+				t.Error("the device plugin's container is privileged too")
+			}
+			out, err = Helm(map[string]any{"mode": "by-label", "dra": tc.values})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, hrest := splitDRA(t, out)
+			h := decode(t, hrest)
+			if hds := h.daemonSets[draDaemonSet]; !reflect.DeepEqual(important(hds), important(ds)) {
+				t.Errorf("helm dra=%v differs from the components:\nhelm      %+v\nkustomize %+v", tc.values, important(hds), important(ds))
+			}
+		})
+	}
+	if _, err := Kustomize("overlays/dra-node", WithComponents("dra-mig-on-demnad")); err == nil || !strings.Contains(err.Error(), "dra-mig-on-demnad") {
+		t.Errorf("a misspelt component: %v, want an error naming it", err)
+	}
+}

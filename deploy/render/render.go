@@ -27,6 +27,11 @@ type options struct {
 	selectedGPU     string
 	devicePluginImg string
 	nriImg          string
+	components      []string
+}
+
+func (o options) empty() bool {
+	return o.selectedGPU == "" && o.devicePluginImg == "" && o.nriImg == "" && len(o.components) == 0
 }
 
 // Option adjusts a kustomize build the way an extra overlay would.
@@ -42,6 +47,12 @@ func WithSelectedGPU(uuid string) Option {
 // an empty reference keeps the overlay's.
 func WithImages(devicePlugin, nri string) Option {
 	return func(o *options) { o.devicePluginImg, o.nriImg = devicePlugin, nri }
+}
+
+// WithComponents adds the deploy tree's components/<name> kustomize
+// components, in order, e.g. "dra-mig-on-demand" over overlays/dra-node.
+func WithComponents(names ...string) Option {
+	return func(o *options) { o.components = append(o.components, names...) }
 }
 
 // Kustomize builds the kustomization at dir inside the deploy tree: "." for
@@ -60,7 +71,12 @@ func Kustomize(dir string, opts ...Option) ([]byte, error) {
 	if !mem.Exists(path.Join(target, "kustomization.yaml")) {
 		return nil, fmt.Errorf("render kustomization %q: no kustomization.yaml there; use \".\" or overlays/<name>", dir)
 	}
-	if o != (options{}) {
+	for _, c := range o.components {
+		if !mem.Exists(path.Join(treeRoot, "components", c, "kustomization.yaml")) {
+			return nil, fmt.Errorf("render kustomization %q: no component %q; see deploy/components", dir, c)
+		}
+	}
+	if !o.empty() {
 		if err := writeWrapper(mem, target, o); err != nil {
 			return nil, err
 		}
@@ -145,6 +161,13 @@ func writeWrapper(mem filesys.FileSystem, target string, o options) error {
 		"kind":       "Kustomization",
 		"resources":  []string{"../" + strings.TrimPrefix(target, "/nvinject/")},
 		"patches":    patches,
+	}
+	if len(o.components) > 0 {
+		comps := make([]string, len(o.components))
+		for i, c := range o.components {
+			comps[i] = "../" + strings.TrimPrefix(path.Join(treeRoot, "components", c), "/nvinject/")
+		}
+		k["components"] = comps
 	}
 	data, err := yaml.Marshal(k)
 	if err != nil {

@@ -12,26 +12,25 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
+	"github.com/nvinject/nvinject/deploy"
 	"github.com/nvinject/nvinject/e2e/harness/rig"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
 )
 
-// onDemandEnv turns nvinject-dra's --mig-on-demand on through its
-// environment.
-const onDemandEnv = "NVINJECT_MIG_ON_DEMAND"
-
-// setDRAMIGOnDemand sets or removes onDemandEnv on nvinject-dra's
-// DaemonSet, with its driver root writable while on (the SIMULATED driver
-// shares a made MIG device through the root's state file), and waits until
-// the node's slices show (or no longer show) GPU 1's first 1g.10gb
-// placement.
-func setDRAMIGOnDemand(t *testing.T, ctx context.Context, on bool) {
+// enableDRAMIGOnDemand patches nvinject-dra's DaemonSet with the shipped
+// deploy/components/dra-mig-on-demand (--mig-on-demand, privileged) and,
+// for the SIMULATED driver only, a writable driver root (the simulated
+// driver shares a made MIG device through the root's state file). It
+// waits until the node's slices show GPU 1's first 1g.10gb placement; the
+// returned func puts the container back as it was and waits until they no
+// longer do.
+func enableDRAMIGOnDemand(t *testing.T, ctx context.Context) (restore func()) {
 	t.Helper()
 	d := need(t)
 	ds := d.Kube().Client.AppsV1().DaemonSets(rig.Namespace)
@@ -39,25 +38,64 @@ func setDRAMIGOnDemand(t *testing.T, ctx context.Context, on bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cur.Spec.Template.Spec.Containers[0]
-	env := slices.DeleteFunc(slices.Clone(c.Env), func(e corev1.EnvVar) bool { return e.Name == onDemandEnv })
-	if on {
-		env = append(env, corev1.EnvVar{Name: onDemandEnv, Value: "true"})
-	}
-	mounts := slices.Clone(c.VolumeMounts)
-	for i := range mounts {
-		if mounts[i].Name == "driver-root" {
-			mounts[i].ReadOnly = !on
+	saved := cur.Spec.Template.Spec.Containers[0]
+	ops := componentOps(t, "dra-mig-on-demand", rig.DRADaemonSet)
+	for i, m := range saved.VolumeMounts {
+		if m.Name == "driver-root" {
+			ops = append(ops, map[string]any{"op": "replace", "path": fmt.Sprintf("/spec/template/spec/containers/0/volumeMounts/%d/readOnly", i), "value": false})
 		}
 	}
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "replace", "path": "/spec/template/spec/containers/0/env", "value": env},
-		{"op": "replace", "path": "/spec/template/spec/containers/0/volumeMounts", "value": mounts},
-	})
+	patchDRA(t, ctx, ops, true)
+	return func() {
+		patchDRA(t, context.Background(), []map[string]any{{"op": "replace", "path": "/spec/template/spec/containers/0", "value": saved}}, false)
+	}
+}
+
+// componentOps are the JSON patch operations the deploy tree's
+// components/<name> applies to DaemonSet target.
+func componentOps(t *testing.T, name, target string) []map[string]any {
+	t.Helper()
+	data, err := deploy.Files.ReadFile("components/" + name + "/kustomization.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ds.Patch(ctx, rig.DRADaemonSet, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+	var k struct {
+		Patches []struct {
+			Target struct{ Kind, Name string }
+			Patch  string
+		}
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		t.Fatalf("components/%s: %v", name, err)
+	}
+	var ops []map[string]any
+	for _, p := range k.Patches {
+		if p.Target.Kind != "DaemonSet" || p.Target.Name != target {
+			continue
+		}
+		var o []map[string]any
+		if err := yaml.Unmarshal([]byte(p.Patch), &o); err != nil {
+			t.Fatalf("components/%s's patch: %v", name, err)
+		}
+		ops = append(ops, o...)
+	}
+	if len(ops) == 0 {
+		t.Fatalf("components/%s patches no DaemonSet %s", name, target)
+	}
+	return ops
+}
+
+// patchDRA applies ops to nvinject-dra's DaemonSet and waits until the
+// node's slices show (on) or no longer show GPU 1's first 1g.10gb
+// placement, with nvinject-dra's pod there.
+func patchDRA(t *testing.T, ctx context.Context, ops []map[string]any, on bool) {
+	t.Helper()
+	d := need(t)
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Kube().Client.AppsV1().DaemonSets(rig.Namespace).Patch(ctx, rig.DRADaemonSet, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	placement := contract.DRAMIGSlotDeviceName(1, "1g.10gb", 0)
@@ -71,7 +109,7 @@ func setDRAMIGOnDemand(t *testing.T, ctx context.Context, on bool) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nvinject-dra with %s=%v: slices still %s device %s (%v)", onDemandEnv, on, map[bool]string{true: "with", false: "without"}[has], placement, err)
+			t.Fatalf("nvinject-dra with MIG on demand %v: slices still %s device %s (%v)", on, map[bool]string{true: "with", false: "without"}[has], placement, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -106,7 +144,8 @@ func simMIGInstances(gpu int) ([]string, error) {
 }
 
 // A 1g.10gb claim on a GPU with MIG mode on and no instance
-// (nvinject-dra --mig-on-demand, A100 GPU 1 of a SIMULATED node) runs on
+// (nvinject-dra deployed with components/dra-mig-on-demand: privileged,
+// --mig-on-demand; A100 GPU 1 of a SIMULATED node) runs on
 // an instance made for it at prepare: the pod gets GPU 1 and that MIG
 // device's UUID in its env, the driver's shared state lists it; once the
 // pod is deleted the instance is gone.
@@ -127,8 +166,7 @@ func TestDRAMIGOnDemand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setDRAMIGOnDemand(t, ctx, true)
-	t.Cleanup(func() { setDRAMIGOnDemand(t, context.Background(), false) })
+	t.Cleanup(enableDRAMIGOnDemand(t, ctx))
 	node, err := rig.SimulatedGPUs(ctx, nvml)
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ readinessProbe:
   failureThreshold: 3
 {{- end -}}
 
-{{- /* Takes a bool: privileged (the device plugin on CDI-only nodes). */ -}}
+{{- /* Takes a bool: privileged (the device plugin on CDI-only nodes, nvinject-dra making MIG devices). */ -}}
 {{- define "nvinject.securityContext" -}}
 securityContext:
   privileged: {{ . }}
