@@ -46,6 +46,13 @@ func enableDRAMIGOnDemand(t *testing.T, ctx context.Context) (restore func()) {
 		}
 	}
 	patchDRA(t, ctx, ops, true)
+	pod, err := d.DRAPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := pod.Spec.Containers[0]; c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged || !slices.Contains(c.Args, "--mig-on-demand") {
+		t.Fatalf("nvinject-dra's pod %s after the component: args %v, securityContext %+v; want --mig-on-demand, privileged", pod.Name, c.Args, c.SecurityContext)
+	}
 	return func() {
 		patchDRA(t, context.Background(), []map[string]any{{"op": "replace", "path": "/spec/template/spec/containers/0", "value": saved}}, false)
 	}
