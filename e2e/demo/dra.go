@@ -98,7 +98,7 @@ func (draDriver) allocated(ctx context.Context, e evidence) (string, string, err
 		return "", "", fmt.Errorf("ResourceClaim %s/%s is allocated %s/%s/%s, which ResourceSlice %s does not publish with a %s attribute", claim.Namespace, claim.Name, r.Driver, r.Pool, r.Device, s.Name, contract.DRAAttrUUID)
 	}
 	e.sh.note("device %s of pool %s is, in ResourceSlice %s, the GPU with %s %s", r.Device, r.Pool, s.Name, contract.DRAAttrUUID, uuid)
-	if uuid != e.dep.UUID {
+	if !e.dep.All && uuid != e.dep.UUID {
 		return "", "", fmt.Errorf("ResourceClaim %s/%s got GPU %s, not the selected %s: check nvinject-dra's selection (ConfigMap %s)", claim.Namespace, claim.Name, uuid, e.dep.UUID, contract.ConfigMapName)
 	}
 

@@ -5,7 +5,11 @@
 // command that produced it, and tears the node down (-keep leaves it up).
 // With -mode dra (MODE=dra) the node is moved to nvinject-dra by its label
 // before the unchanged example vLLM Deployment runs, and the evidence adds the
-// DeviceClass, the ResourceSlice and the pod's ResourceClaim.
+// DeviceClass, the ResourceSlice and the pod's ResourceClaim; the node then has
+// two SIMULATED A100s, and nvinject-dra, redeployed with
+// deploy/components/dra-gpu-shares, runs the example GPU share
+// (deploy/examples/dra/gpu-share-claim.yaml) on the other GPU, its limits
+// read back from its MPS daemon inside the pod.
 package main
 
 import (
@@ -45,6 +49,11 @@ var migNodes = map[string]rig.GPUs{
 	"mixed": {NVML: "sim:a100-80gb*2,mig=1:3g.40gb+1g.10gb*2", All: true, MIGStrategy: "mixed", Expect: map[string]int64{
 		contract.ResourceName: 1, contract.MIGResourceName(contract.ResourceName, "1g.10gb"): 2, contract.MIGResourceName(contract.ResourceName, "3g.40gb"): 1}},
 }
+
+// draNode is the SIMULATED node of -mode dra: two A100s, both published,
+// so the vLLM pod's whole GPU and the example GPU share (showShare) sit
+// side by side.
+var draNode = rig.GPUs{NVML: "sim:a100-80gb*2", All: true, Expect: map[string]int64{contract.ResourceName: 2}}
 
 // mode is who hands the node's GPU to kubelet: contract.DRAModeDevicePlugin
 // or contract.DRAModeDRA, the values of the node label deploy/ schedules by.
@@ -192,7 +201,7 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 				// kubelet unprepares the pod's claim through nvinject-dra: the
 				// pod goes first, while the driver still runs (node.Down deletes
 				// every pod at once and would wait for it in vain).
-				drain = d.DeleteVLLM(context.Background())
+				drain = errors.Join(deleteShare(context.Background(), d, c.repo), d.DeleteVLLM(context.Background()))
 			}
 			return errors.Join(drain, node.Down(context.Background()), rig.RemoveDriverRoot())
 		})
@@ -222,12 +231,19 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 		if m, ok := migNodes[c.mig]; ok {
 			g = m
 		}
+		if c.mode == contract.DRAModeDRA {
+			g = draNode
+		}
 		dep, err = d.Deploy(ctx, g)
 		return err
 	}); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "  applied %s/kustomization.yaml (base deploy/overlays/local-sim); selected GPU %s\n", dep.Kustomization, dep.UUID)
+	selected := dep.UUID
+	if dep.All {
+		selected = "all (" + dep.NVML + ")"
+	}
+	fmt.Fprintf(out, "  applied %s/kustomization.yaml (base deploy/overlays/local-sim); selected GPU %s\n", dep.Kustomization, selected)
 	var own owner = devicePlugin{}
 	if c.mode == contract.DRAModeDRA {
 		own = draDriver{}
@@ -254,8 +270,14 @@ func run(ctx context.Context, c config, out io.Writer) (err error) {
 	}
 	return p.do("evidence", func() error {
 		e := evidence{d: d, dep: dep, pod: pod, sh: shell{out: out}}
-		if err := e.show(ctx, own); err != nil || c.mig == "none" {
+		if err := e.show(ctx, own); err != nil {
 			return err
+		}
+		if c.mode == contract.DRAModeDRA {
+			return e.showShare(ctx, c.repo)
+		}
+		if c.mig == "none" {
+			return nil
 		}
 		return e.showMIG(ctx)
 	})

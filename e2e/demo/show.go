@@ -51,7 +51,11 @@ func (e evidence) show(ctx context.Context, o owner) error {
 	if err := e.runAll(ctx, append(e.d.HostSMICommand(), "--query-gpu=index,uuid,name,mig.mode.current", "--format=csv,noheader")); err != nil {
 		return err
 	}
-	sh.note("selected GPU (ConfigMap single-gpu-device-plugin, selected-gpu-uuid): %s", e.dep.UUID)
+	if e.dep.All {
+		sh.note("selected GPUs (ConfigMap single-gpu-device-plugin, selected-gpu-uuid): all")
+	} else {
+		sh.note("selected GPU (ConfigMap single-gpu-device-plugin, selected-gpu-uuid): %s", e.dep.UUID)
+	}
 	if err := o.published(ctx, e); err != nil {
 		return err
 	}

@@ -19,45 +19,40 @@ import (
 	"github.com/nvinject/nvinject/shared/contract"
 )
 
-// sharesEnv turns nvinject-dra's --gpu-shares on through its environment.
-const sharesEnv = "NVINJECT_GPU_SHARES"
+// enableDRAShares patches nvinject-dra's DaemonSet with the shipped
+// deploy/components/dra-gpu-shares and waits until the node's slices show
+// the GPU's share device; the returned func puts the container back and
+// waits until they no longer do.
+func enableDRAShares(t *testing.T, ctx context.Context) (restore func()) {
+	t.Helper()
+	undo, err := need(t).ApplyDRAComponent(ctx, "dra-gpu-shares")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitShareDevice(t, ctx, true)
+	return func() {
+		if err := undo(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitShareDevice(t, context.Background(), false)
+	}
+}
 
-// setDRAShares sets or removes sharesEnv on nvinject-dra's DaemonSet and
-// waits until the node's slices show (or no longer show) the GPU's share
-// device.
-func setDRAShares(t *testing.T, ctx context.Context, on bool) {
+// waitShareDevice waits until the node's slices show (on) or no longer
+// show GPU 0's share device.
+func waitShareDevice(t *testing.T, ctx context.Context, on bool) {
 	t.Helper()
 	d := need(t)
-	ds := d.Kube().Client.AppsV1().DaemonSets(rig.Namespace)
-	cur, err := ds.Get(ctx, rig.DRADaemonSet, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := slices.DeleteFunc(slices.Clone(cur.Spec.Template.Spec.Containers[0].Env), func(e corev1.EnvVar) bool { return e.Name == sharesEnv })
-	if on {
-		env = append(env, corev1.EnvVar{Name: sharesEnv, Value: "true"})
-	}
-	// A JSON patch replaces the list: a strategic merge keeps variables
-	// it does not name.
-	patch, err := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/template/spec/containers/0/env", "value": env}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ds.Patch(ctx, rig.DRADaemonSet, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	share := contract.DRAShareDeviceName(0)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		devs, err := d.SliceDevices(ctx)
 		has := err == nil && slices.ContainsFunc(devs, func(dv resourceapi.Device) bool { return dv.Name == share })
 		if has == on && err == nil {
-			if _, err := d.DRAPod(ctx); err == nil {
-				return
-			}
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nvinject-dra with %s=%v: slices still %s device %s (%v)", sharesEnv, on, map[bool]string{true: "with", false: "without"}[has], share, err)
+			t.Fatalf("nvinject-dra with GPU shares %v: slices still %s device %s (%v)", on, map[bool]string{true: "with", false: "without"}[has], share, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -93,8 +88,7 @@ func testDRAShares(t *testing.T, ctx context.Context) {
 		t.Skip("shares are enforced by NVIDIA's real MPS control daemon: " + driver.String())
 	}
 	d := need(t)
-	setDRAShares(t, ctx, true)
-	t.Cleanup(func() { setDRAShares(t, context.Background(), false) })
+	t.Cleanup(enableDRAShares(t, ctx))
 	for _, s := range []struct{ pod, claim, memory, percent, wantPct, wantMem string }{
 		{"dra-share-40", "share-40gi", "40Gi", "50", "50.0", "40G"},
 		{"dra-share-30", "share-30gi", "30Gi", "", "10.0", "30G"},

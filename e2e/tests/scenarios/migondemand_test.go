@@ -14,10 +14,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
-	"github.com/nvinject/nvinject/deploy"
 	"github.com/nvinject/nvinject/e2e/harness/rig"
 	"github.com/nvinject/nvinject/shared/contract"
 	"github.com/nvinject/nvinject/shared/gpu/sim"
@@ -33,87 +30,48 @@ import (
 func enableDRAMIGOnDemand(t *testing.T, ctx context.Context) (restore func()) {
 	t.Helper()
 	d := need(t)
-	ds := d.Kube().Client.AppsV1().DaemonSets(rig.Namespace)
-	cur, err := ds.Get(ctx, rig.DRADaemonSet, metav1.GetOptions{})
+	cur, err := d.Kube().Client.AppsV1().DaemonSets(rig.Namespace).Get(ctx, rig.DRADaemonSet, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	saved := cur.Spec.Template.Spec.Containers[0]
-	ops := componentOps(t, "dra-mig-on-demand", rig.DRADaemonSet)
-	for i, m := range saved.VolumeMounts {
+	var writable []map[string]any
+	for i, m := range cur.Spec.Template.Spec.Containers[0].VolumeMounts {
 		if m.Name == "driver-root" {
-			ops = append(ops, map[string]any{"op": "replace", "path": fmt.Sprintf("/spec/template/spec/containers/0/volumeMounts/%d/readOnly", i), "value": false})
+			writable = append(writable, map[string]any{"op": "replace", "path": fmt.Sprintf("/spec/template/spec/containers/0/volumeMounts/%d/readOnly", i), "value": false})
 		}
 	}
-	patchDRA(t, ctx, ops, true)
+	undo, err := d.ApplyDRAComponent(ctx, "dra-mig-on-demand", writable...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPlacement(t, ctx, true)
 	pod, err := d.DRAPod(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := pod.Spec.Containers[0]; c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged || !slices.Contains(c.Args, "--mig-on-demand") {
+	if c := pod.Spec.Containers[0]; !rig.Privileged(c) || !slices.Contains(c.Args, "--mig-on-demand") {
 		t.Fatalf("nvinject-dra's pod %s after the component: args %v, securityContext %+v; want --mig-on-demand, privileged", pod.Name, c.Args, c.SecurityContext)
 	}
 	return func() {
-		patchDRA(t, context.Background(), []map[string]any{{"op": "replace", "path": "/spec/template/spec/containers/0", "value": saved}}, false)
+		if err := undo(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitPlacement(t, context.Background(), false)
 	}
 }
 
-// componentOps are the JSON patch operations the deploy tree's
-// components/<name> applies to DaemonSet target.
-func componentOps(t *testing.T, name, target string) []map[string]any {
-	t.Helper()
-	data, err := deploy.Files.ReadFile("components/" + name + "/kustomization.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var k struct {
-		Patches []struct {
-			Target struct{ Kind, Name string }
-			Patch  string
-		}
-	}
-	if err := yaml.Unmarshal(data, &k); err != nil {
-		t.Fatalf("components/%s: %v", name, err)
-	}
-	var ops []map[string]any
-	for _, p := range k.Patches {
-		if p.Target.Kind != "DaemonSet" || p.Target.Name != target {
-			continue
-		}
-		var o []map[string]any
-		if err := yaml.Unmarshal([]byte(p.Patch), &o); err != nil {
-			t.Fatalf("components/%s's patch: %v", name, err)
-		}
-		ops = append(ops, o...)
-	}
-	if len(ops) == 0 {
-		t.Fatalf("components/%s patches no DaemonSet %s", name, target)
-	}
-	return ops
-}
-
-// patchDRA applies ops to nvinject-dra's DaemonSet and waits until the
-// node's slices show (on) or no longer show GPU 1's first 1g.10gb
-// placement, with nvinject-dra's pod there.
-func patchDRA(t *testing.T, ctx context.Context, ops []map[string]any, on bool) {
+// waitPlacement waits until the node's slices show (on) or no longer show
+// GPU 1's first 1g.10gb placement.
+func waitPlacement(t *testing.T, ctx context.Context, on bool) {
 	t.Helper()
 	d := need(t)
-	patch, err := json.Marshal(ops)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Kube().Client.AppsV1().DaemonSets(rig.Namespace).Patch(ctx, rig.DRADaemonSet, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	placement := contract.DRAMIGSlotDeviceName(1, "1g.10gb", 0)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		devs, err := d.SliceDevices(ctx)
 		has := err == nil && slices.ContainsFunc(devs, func(dv resourceapi.Device) bool { return dv.Name == placement })
 		if has == on && err == nil {
-			if _, err := d.DRAPod(ctx); err == nil {
-				return
-			}
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("nvinject-dra with MIG on demand %v: slices still %s device %s (%v)", on, map[bool]string{true: "with", false: "without"}[has], placement, err)
