@@ -7,7 +7,8 @@
 # MODE=device-plugin (default) hands the GPU to kubelet by the device plugin;
 # MODE=dra labels the node nvinject.io/gpu-mode=dra first, so nvinject-dra
 # serves an unchanged nvidia.com/gpu limit (DRA, KEP-5004) and the
-# evidence adds the DeviceClass, the ResourceSlice and the pod's ResourceClaim.
+# evidence adds the DeviceClass, the ResourceSlice and the pod's ResourceClaim,
+# then the example GPU share (components/dra-gpu-shares) on the node's second GPU.
 # Both targets put NVIDIA's REAL driver user space (make driver-root) on the
 # node: DRIVER_LAYOUT=flat (default) or debian; DRIVER_LAYOUT=simulated, or an
 # unreachable Debian archive, uses the simulated driver root instead.

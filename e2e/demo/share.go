@@ -101,11 +101,8 @@ func (e evidence) showShare(ctx context.Context, repo string) error {
 	}); err != nil {
 		return err
 	}
-	attr := func(a string) string {
-		return `{" ` + a + `="}{.attributes.` + strings.ReplaceAll(contract.DRADriver, ".", `\.`) + `/` + a + `.string}`
-	}
 	if err := e.runAll(ctx, e.kubectl("get", "resourceslices", "--field-selector", "spec.nodeName="+d.Node().Name()+",spec.driver="+contract.DRADriver, "-o",
-		`jsonpath={range .items[*].spec.devices[*]}{.name}`+attr(contract.DRAAttrType)+`{" memory="}{.capacity.memory.value}{" computePercent="}{.capacity.computePercent.value}{" allowMultipleAllocations="}{.allowMultipleAllocations}{"\n"}{end}`)); err != nil {
+		`jsonpath={range .items[*].spec.devices[*]}{.name}`+attr(contract.DRAAttrType)+attr(contract.DRAAttrUUID)+`{" memory="}{.capacity.memory.value}{" computePercent="}{.capacity.computePercent.value}{" allowMultipleAllocations="}{.allowMultipleAllocations}{"\n"}{end}`)); err != nil {
 		return err
 	}
 
