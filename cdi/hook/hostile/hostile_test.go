@@ -3,7 +3,6 @@ package hostile
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -327,57 +326,14 @@ func image(s *suite, r *run) {
 	}
 }
 
-// snapshot records every entry under dir: mode, size, mtime, content hash
-// or link target. Directory listings are the set of keys.
-func snapshot(t *testing.T, dir string) map[string]string {
+// snapshot is Snapshot, failing t on an error.
+func snapshot(t *testing.T, dir string) Tree {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		v := fmt.Sprintf("%v %d %d", info.Mode(), info.Size(), info.ModTime().UnixNano())
-		switch {
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, _ := os.Readlink(p)
-			v += " -> " + target
-		case info.Mode().IsRegular():
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			v += fmt.Sprintf(" %x", sha256.Sum256(data))
-		}
-		out[strings.TrimPrefix(p, dir)] = v
-		return nil
-	})
+	tree, err := Snapshot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
-}
-
-// changed lists what differs between two snapshots.
-func changed(before, after map[string]string) []string {
-	var out []string
-	for p, v := range after {
-		if w, ok := before[p]; !ok {
-			out = append(out, "created "+p)
-		} else if w != v {
-			out = append(out, "changed "+p)
-		}
-	}
-	for p := range before {
-		if _, ok := after[p]; !ok {
-			out = append(out, "removed "+p)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return tree
 }
 
 // outcome is one hook program's result on one case.
@@ -441,7 +397,7 @@ func runCase(t *testing.T, s *suite, c hostileCase, rc, ld prog, h hookProg) out
 	id := "nvinject-hostile-" + filepath.Base(dir)
 	out, err := exec.CommandContext(ctx, rc.path, "--root", state, "run", "--bundle", r.bundle, id).CombinedOutput()
 	_ = exec.Command(rc.path, "--root", state, "delete", "-f", id).Run()
-	o := outcome{status: "ran", escaped: changed(before, snapshot(t, r.host))}
+	o := outcome{status: "ran", escaped: before.Changes(snapshot(t, r.host))}
 	if err != nil {
 		o.status, o.detail = "runtime error", lastLines(string(out), 1)
 		if strings.Contains(string(out), "createContainer") || strings.Contains(string(out), "hook") {
@@ -621,6 +577,6 @@ func runInDecoy(t *testing.T, unshare, chroot string, h hookProg, link, state st
 	after := snapshot(t, decoy)
 	delete(before, "/proc")
 	delete(after, "/proc")
-	o.escaped = changed(before, after)
+	o.escaped = before.Changes(after)
 	return o
 }

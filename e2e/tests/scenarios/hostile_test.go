@@ -1,16 +1,13 @@
 package scenarios
 
 import (
-	"crypto/sha256"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nvinject/nvinject/cdi/hook/hostile"
 	"github.com/nvinject/nvinject/deploy/ociimage"
 )
 
@@ -104,58 +101,17 @@ func TestHostileImagePodLeavesHostUntouched(t *testing.T) {
 	if strings.Contains(out, "00-nvinject-cuda-compat.conf") || !strings.Contains(out, "00-nvinject-driver.conf") || strings.Contains(out, "->") {
 		t.Errorf("the hooks did not run as they should (driver drop-in written, the image's compat drop-in removed, ld.so.cache a file):\n%s", out)
 	}
-	if diff := changedTree(before, hostTree(t, host)); len(diff) > 0 {
+	if diff := before.Changes(hostTree(t, host)); len(diff) > 0 {
 		t.Errorf("the hostile pod changed the host directory %s: %s", host, strings.Join(diff, "; "))
 	}
 }
 
-// hostTree records every entry under dir: mode, size, mtime, content hash
-// or link target; the keys are the listings.
-func hostTree(t *testing.T, dir string) map[string]string {
+// hostTree is hostile.Snapshot of dir, failing t on an error.
+func hostTree(t *testing.T, dir string) hostile.Tree {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		v := fmt.Sprintf("%v %d %d", info.Mode(), info.Size(), info.ModTime().UnixNano())
-		if info.Mode()&fs.ModeSymlink != 0 {
-			target, _ := os.Readlink(p)
-			v += " -> " + target
-		} else if info.Mode().IsRegular() {
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			v += fmt.Sprintf(" %x", sha256.Sum256(data))
-		}
-		out[strings.TrimPrefix(p, dir)] = v
-		return nil
-	})
+	tree, err := hostile.Snapshot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
-}
-
-func changedTree(before, after map[string]string) []string {
-	var out []string
-	for p, v := range after {
-		if w, ok := before[p]; !ok {
-			out = append(out, "created "+p)
-		} else if w != v {
-			out = append(out, "changed "+p)
-		}
-	}
-	for p := range before {
-		if _, ok := after[p]; !ok {
-			out = append(out, "removed "+p)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return tree
 }
