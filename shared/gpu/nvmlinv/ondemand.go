@@ -69,11 +69,8 @@ func (i *Inventory) CreateMIG(d gpu.Device, slot gpu.MIGSlot) (m gpu.MIGDevice, 
 	if ret == nvml.ERROR_INSUFFICIENT_RESOURCES {
 		return m, fmt.Errorf("create GPU instance %s: its slices are taken by another GPU instance (nvidia-smi mig -lgi -i %d lists them); destroy it or let the claim get another placement", what, d.Index)
 	}
-	if ret == nvml.ERROR_NO_PERMISSION {
-		return m, migConfigDenied("create GPU instance "+what, ret)
-	}
 	if ret != nvml.SUCCESS {
-		return m, nvmlErr("create GPU instance "+what, ret)
+		return m, migChangeErr("create GPU instance "+what, ret)
 	}
 	defer func() {
 		if err != nil {
@@ -84,10 +81,8 @@ func (i *Inventory) CreateMIG(d gpu.Device, slot gpu.MIGSlot) (m gpu.MIGDevice, 
 	if err != nil {
 		return m, err
 	}
-	if _, ret = gi.CreateComputeInstance(&ciInfo); ret == nvml.ERROR_NO_PERMISSION {
-		return m, migConfigDenied("create the compute instance of "+what, ret)
-	} else if ret != nvml.SUCCESS {
-		return m, nvmlErr("create the compute instance of "+what, ret)
+	if _, ret = gi.CreateComputeInstance(&ciInfo); ret != nvml.SUCCESS {
+		return m, migChangeErr("create the compute instance of "+what, ret)
 	}
 	giInfo, ret := gi.GetInfo()
 	if ret != nvml.SUCCESS {
@@ -103,10 +98,14 @@ func (i *Inventory) CreateMIG(d gpu.Device, slot gpu.MIGSlot) (m gpu.MIGDevice, 
 // or destroy MIG instances.
 var ErrMIGConfigDenied = errors.New("no right to change MIG instances")
 
-// migConfigDenied names why NVML refused a MIG change and the fix: the
-// driver's MIG config capability, which only a privileged container gets
-// (NVIDIA's own runtime refuses NVIDIA_MIG_CONFIG_DEVICES outside one).
-func migConfigDenied(what string, ret nvml.Return) error {
+// migChangeErr is NVML's failure ret to make or destroy a MIG instance.
+// A refusal (Insufficient Permissions) is ErrMIGConfigDenied with the fix:
+// the driver's MIG config capability, which only a privileged container
+// gets (NVIDIA's own runtime refuses NVIDIA_MIG_CONFIG_DEVICES outside one).
+func migChangeErr(what string, ret nvml.Return) error {
+	if ret != nvml.ERROR_NO_PERMISSION {
+		return nvmlErr(what, ret)
+	}
 	return fmt.Errorf("NVML: %s: %v: %w: the driver grants it to a process that can open its MIG config capability (the /dev/nvidia-caps node %s names, nvidia-cap1); run the process privileged (nvinject-dra: deploy/components/dra-mig-on-demand, or the chart's dra.migOnDemand=true)",
 		what, nvml.ErrorString(ret), ErrMIGConfigDenied, nvcaps.ConfigFile)
 }
@@ -189,21 +188,13 @@ func destroyGI(gi nvml.GpuInstance, what string) error {
 			continue
 		}
 		for _, ci := range cis {
-			ret := ci.Destroy()
-			if ret == nvml.ERROR_NO_PERMISSION {
-				return migConfigDenied("destroy a compute instance of "+what, ret)
-			}
-			if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_FOUND {
-				return nvmlErr("destroy a compute instance of "+what+" (a process may still use it)", ret)
+			if ret := ci.Destroy(); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_FOUND {
+				return migChangeErr("destroy a compute instance of "+what+" (a process may still use it)", ret)
 			}
 		}
 	}
-	ret := gi.Destroy()
-	if ret == nvml.ERROR_NO_PERMISSION {
-		return migConfigDenied("destroy GPU instance "+what, ret)
-	}
-	if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_FOUND {
-		return nvmlErr("destroy GPU instance "+what+" (a process may still use it)", ret)
+	if ret := gi.Destroy(); ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_FOUND {
+		return migChangeErr("destroy GPU instance "+what+" (a process may still use it)", ret)
 	}
 	return nil
 }
