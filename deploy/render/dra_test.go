@@ -326,9 +326,7 @@ func TestDRAComponents(t *testing.T) {
 					t.Error("the driver root is mounted writable")
 				}
 			}
-			if k.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].SecurityContext.Privileged == nil || *k.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0].SecurityContext.Privileged {
-				t.Error("the device plugin's container is privileged too")
-			}
+			checkSecurity(t, devicePlugin, k.daemonSets[devicePlugin].Spec.Template.Spec.Containers[0], false)
 			out, err = Helm(map[string]any{"mode": "by-label", "dra": tc.values})
 			if err != nil {
 				t.Fatal(err)

@@ -80,24 +80,12 @@ func (draDriver) allocated(ctx context.Context, e evidence) (string, string, err
 		`jsonpath={range .status.allocation.devices.results[*]}{"allocated: request="}{.request}{" driver="}{.driver}{" pool="}{.pool}{" device="}{.device}{"\n"}{end}{"reservedFor:"}{range .status.reservedFor[*]}{" "}{.resource}{"/"}{.name}{end}{"\n"}`)); err != nil {
 		return "", "", err
 	}
-	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
-		return "", "", fmt.Errorf("ResourceClaim %s/%s allocates %+v, want one GPU of %s", claim.Namespace, claim.Name, claim.Status.Allocation, contract.DRADriver)
-	}
-	r := claim.Status.Allocation.Devices.Results[0]
-	s, err := e.d.ResourceSlice(ctx)
+	uuid, err := e.allocatedUUID(ctx, claim)
 	if err != nil {
 		return "", "", err
 	}
-	uuid := ""
-	for _, dev := range s.Spec.Devices {
-		if u := dev.Attributes[contract.DRAAttrUUID].StringValue; r.Driver == contract.DRADriver && r.Pool == s.Spec.Pool.Name && dev.Name == r.Device && u != nil {
-			uuid = *u
-		}
-	}
-	if uuid == "" {
-		return "", "", fmt.Errorf("ResourceClaim %s/%s is allocated %s/%s/%s, which ResourceSlice %s does not publish with a %s attribute", claim.Namespace, claim.Name, r.Driver, r.Pool, r.Device, s.Name, contract.DRAAttrUUID)
-	}
-	e.sh.note("device %s of pool %s is, in ResourceSlice %s, the GPU with %s %s", r.Device, r.Pool, s.Name, contract.DRAAttrUUID, uuid)
+	r := claim.Status.Allocation.Devices.Results[0]
+	e.sh.note("device %s of pool %s is, in nvinject-dra's ResourceSlice, the GPU with %s %s", r.Device, r.Pool, contract.DRAAttrUUID, uuid)
 	if !e.dep.All && uuid != e.dep.UUID {
 		return "", "", fmt.Errorf("ResourceClaim %s/%s got GPU %s, not the selected %s: check nvinject-dra's selection (ConfigMap %s)", claim.Namespace, claim.Name, uuid, e.dep.UUID, contract.ConfigMapName)
 	}

@@ -92,13 +92,7 @@ func (e evidence) showShare(ctx context.Context, repo string) error {
 	}
 	sh.note("patched DaemonSet %s with deploy/components/dra-gpu-shares (--gpu-shares); Ready again in %s, the vLLM pod's claim kept in its checkpoint",
 		rig.DRADaemonSet, time.Since(t0).Round(10*time.Millisecond))
-	if err := rig.Poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
-		devs, err := d.SliceDevices(ctx)
-		if err == nil && !slices.ContainsFunc(devs, func(dv resourceapi.Device) bool { return dv.Name == contract.DRAShareDeviceName(1) }) {
-			err = fmt.Errorf("no %s published yet", contract.DRAShareDeviceName(1))
-		}
-		return err
-	}); err != nil {
+	if err := d.WaitSliceDevice(ctx, contract.DRAShareDeviceName(1), true); err != nil {
 		return err
 	}
 	if err := e.runAll(ctx, e.kubectl("get", "resourceslices", "--field-selector", "spec.nodeName="+d.Node().Name()+",spec.driver="+contract.DRADriver, "-o",
@@ -177,6 +171,9 @@ func (e evidence) allocatedUUID(ctx context.Context, claim *resourceapi.Resource
 		return "", fmt.Errorf("ResourceClaim %s/%s allocates %+v, want one device of %s", claim.Namespace, claim.Name, claim.Status.Allocation, contract.DRADriver)
 	}
 	r := claim.Status.Allocation.Devices.Results[0]
+	if r.Driver != contract.DRADriver || r.Pool != e.d.Node().Name() {
+		return "", fmt.Errorf("ResourceClaim %s/%s is allocated %s/%s/%s, not a device of %s on node %s", claim.Namespace, claim.Name, r.Driver, r.Pool, r.Device, contract.DRADriver, e.d.Node().Name())
+	}
 	devs, err := e.d.SliceDevices(ctx)
 	if err != nil {
 		return "", err

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
@@ -92,4 +94,25 @@ func (d *Deployer) patchDaemonSet(ctx context.Context, name string, ops []map[st
 // Privileged reports whether c runs privileged.
 func Privileged(c corev1.Container) bool {
 	return c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+}
+
+// WaitSliceDevice waits up to 2 minutes until nvinject-dra's slices on the
+// node publish (present) or no longer publish the device name.
+func (d *Deployer) WaitSliceDevice(ctx context.Context, name string, present bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	err := Poll(ctx, 200*time.Millisecond, func(ctx context.Context) error {
+		devs, err := d.SliceDevices(ctx)
+		if err != nil {
+			return err
+		}
+		if has := slices.ContainsFunc(devs, func(dv resourceapi.Device) bool { return dv.Name == name }); has != present {
+			return fmt.Errorf("device %s published: %v", name, has)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("nvinject-dra's slices on node %s, want device %s published %v: %w", d.node.Name(), name, present, err)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -29,32 +30,14 @@ func enableDRAShares(t *testing.T, ctx context.Context) (restore func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitShareDevice(t, ctx, true)
+	share := contract.DRAShareDeviceName(0)
+	if err := need(t).WaitSliceDevice(ctx, share, true); err != nil {
+		t.Fatal(err)
+	}
 	return func() {
-		if err := undo(context.Background()); err != nil {
+		if err := errors.Join(undo(context.Background()), need(t).WaitSliceDevice(context.Background(), share, false)); err != nil {
 			t.Fatal(err)
 		}
-		waitShareDevice(t, context.Background(), false)
-	}
-}
-
-// waitShareDevice waits until the node's slices show (on) or no longer
-// show GPU 0's share device.
-func waitShareDevice(t *testing.T, ctx context.Context, on bool) {
-	t.Helper()
-	d := need(t)
-	share := contract.DRAShareDeviceName(0)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		devs, err := d.SliceDevices(ctx)
-		has := err == nil && slices.ContainsFunc(devs, func(dv resourceapi.Device) bool { return dv.Name == share })
-		if has == on && err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nvinject-dra with GPU shares %v: slices still %s device %s (%v)", on, map[bool]string{true: "with", false: "without"}[has], share, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvinject/nvinject/e2e/harness/rig"
@@ -44,7 +43,10 @@ func enableDRAMIGOnDemand(t *testing.T, ctx context.Context) (restore func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPlacement(t, ctx, true)
+	placement := contract.DRAMIGSlotDeviceName(1, "1g.10gb", 0)
+	if err := d.WaitSliceDevice(ctx, placement, true); err != nil {
+		t.Fatal(err)
+	}
 	pod, err := d.DRAPod(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -53,30 +55,9 @@ func enableDRAMIGOnDemand(t *testing.T, ctx context.Context) (restore func()) {
 		t.Fatalf("nvinject-dra's pod %s after the component: args %v, securityContext %+v; want --mig-on-demand, privileged", pod.Name, c.Args, c.SecurityContext)
 	}
 	return func() {
-		if err := undo(context.Background()); err != nil {
+		if err := errors.Join(undo(context.Background()), d.WaitSliceDevice(context.Background(), placement, false)); err != nil {
 			t.Fatal(err)
 		}
-		waitPlacement(t, context.Background(), false)
-	}
-}
-
-// waitPlacement waits until the node's slices show (on) or no longer show
-// GPU 1's first 1g.10gb placement.
-func waitPlacement(t *testing.T, ctx context.Context, on bool) {
-	t.Helper()
-	d := need(t)
-	placement := contract.DRAMIGSlotDeviceName(1, "1g.10gb", 0)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		devs, err := d.SliceDevices(ctx)
-		has := err == nil && slices.ContainsFunc(devs, func(dv resourceapi.Device) bool { return dv.Name == placement })
-		if has == on && err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nvinject-dra with MIG on demand %v: slices still %s device %s (%v)", on, map[bool]string{true: "with", false: "without"}[has], placement, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
